@@ -1,0 +1,282 @@
+"""Reading a Clover safetensors checkpoint, shared by the converter and the numpy reference.
+
+Shards are memory-mapped and parsed here (the safetensors format is an 8-byte header length, a JSON
+header, then raw little-endian data), so a tensor is read only when asked for, BF16 needs no torch,
+and a truncated or corrupt shard is named precisely. Names are canonicalised: the `model.` or
+`model.language_model.` prefix is stripped, and both expert layouts (fused `gate_up_proj` and
+per-expert `experts.E.{gate,up,down}_proj`) are served through one accessor.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .config import CheckpointConfig, CloverConfig
+
+PREFIXES = ("model.language_model.", "model.")
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+_DTYPES = {
+    "BF16": (np.uint16, 2),
+    "F16": (np.float16, 2),
+    "F32": (np.float32, 4),
+    "F64": (np.float64, 8),
+}
+CLOVER_GDN_EXTRAS = (
+    "conv_right_weight",
+    "bd_softmax_logit_scale",
+    "bd_softmax_history_bias",
+    "bd_softmax_history_c",
+)
+_PER_EXPERT = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file or tensor is missing, unreadable or inconsistent with its config."""
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """Where one stored tensor lives: shard file, dtype, shape and byte range."""
+
+    key: str  # name as stored in the file
+    path: Path
+    dtype: str
+    shape: tuple[int, ...]
+    start: int  # absolute byte offset in the file
+    end: int
+
+
+def read_safetensors_header(path: Path) -> dict[str, TensorEntry]:
+    """Parse one shard's header, checking that every tensor lies inside the file."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError(f"{path.name}: truncated safetensors file (no header)")
+            n = int.from_bytes(head, "little")
+            if n <= 0 or 8 + n > size:
+                raise CheckpointError(f"{path.name}: corrupt safetensors header (length {n}, file {size} bytes)")
+            header = json.loads(f.read(n))
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise CheckpointError(f"{path.name}: corrupt safetensors header (not JSON)") from None
+    base = 8 + n
+    out: dict[str, TensorEntry] = {}
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        dtype, shape, (a, b) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
+        if dtype not in _DTYPES:
+            raise CheckpointError(f"{path.name}: tensor {key} has unsupported dtype {dtype}")
+        if b - a != int(np.prod(shape, dtype=np.int64)) * _DTYPES[dtype][1]:
+            raise CheckpointError(f"{path.name}: tensor {key} byte range does not match its shape {shape}")
+        if base + b > size:
+            raise CheckpointError(
+                f"{path.name}: truncated shard: tensor {key} ends at byte {base + b}, file has {size}"
+            )
+        out[key] = TensorEntry(key, path, dtype, shape, base + a, base + b)
+    return out
+
+
+def canonical_name(key: str) -> str:
+    """Strip the trunk prefix: `model.language_model.layers.0.x` -> `layers.0.x`."""
+    if key == "lm_head.weight":
+        return key
+    for p in PREFIXES:
+        if key.startswith(p):
+            return key[len(p) :]
+    return key
+
+
+class Checkpoint:
+    """A Clover checkpoint directory: config plus lazily read tensors under canonical names."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.config: CheckpointConfig = CheckpointConfig.from_dir(self.path)
+        self.entries: dict[str, TensorEntry] = self._index()
+        self._maps: dict[Path, np.memmap] = {}
+
+    @property
+    def model(self) -> CloverConfig:
+        return self.config.model
+
+    # -- index ------------------------------------------------------------------------------
+    def _index(self) -> dict[str, TensorEntry]:
+        index_path = self.path / INDEX_FILE
+        if index_path.is_file():
+            try:
+                weight_map: dict[str, str] = json.loads(index_path.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError):
+                raise CheckpointError(f"{INDEX_FILE}: not a valid safetensors index") from None
+            shards = sorted(set(weight_map.values()))
+        elif (self.path / SINGLE_FILE).is_file():
+            weight_map, shards = {}, [SINGLE_FILE]
+        else:
+            raise CheckpointError(f"{self.path}: no {INDEX_FILE} or {SINGLE_FILE}")
+        entries: dict[str, TensorEntry] = {}
+        for shard in shards:
+            spath = self.path / shard
+            if not spath.is_file():
+                raise CheckpointError(f"{INDEX_FILE} points at a missing shard: {shard}")
+            for key, entry in read_safetensors_header(spath).items():
+                name = canonical_name(key)
+                if name in entries:
+                    raise CheckpointError(f"duplicate tensor {key} (in {entries[name].path.name} and {shard})")
+                if weight_map and weight_map.get(key) != shard:
+                    raise CheckpointError(f"tensor {key} is in {shard} but the index says {weight_map.get(key)}")
+                entries[name] = entry
+        missing = [k for k in weight_map if canonical_name(k) not in entries]
+        if missing:
+            raise CheckpointError(f"{INDEX_FILE} lists tensor {missing[0]} that no shard contains")
+        return entries
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.entries or self._per_expert_key(name) is not None
+
+    def names(self) -> list[str]:
+        return list(self.entries)
+
+    @property
+    def fused_experts(self) -> bool:
+        return any(n.endswith("mlp.experts.gate_up_proj") for n in self.entries)
+
+    @property
+    def has_diffusion_tensors(self) -> bool:
+        return any(n.endswith("linear_attn.conv_right_weight") for n in self.entries)
+
+    # -- reading ----------------------------------------------------------------------------
+    def raw(self, name: str) -> np.ndarray:
+        """The stored array, zero-copy from the mmap (BF16 comes back as uint16 bit patterns)."""
+        e = self.entries.get(name)
+        if e is None:
+            raise CheckpointError(f"missing tensor {name}")
+        mm = self._maps.get(e.path)
+        if mm is None:
+            mm = self._maps[e.path] = np.memmap(e.path, dtype=np.uint8, mode="r")
+        np_dtype = _DTYPES[e.dtype][0]
+        return mm[e.start : e.end].view(np_dtype).reshape(e.shape)
+
+    def get(self, name: str, dtype: type = np.float32) -> np.ndarray:
+        """A tensor as float32 (or `dtype`), BF16 widened exactly."""
+        e = self.entries.get(name)
+        if e is None:
+            return self._expert_from_per_expert(name, dtype)
+        return to_float(self.raw(name), e.dtype, dtype)
+
+    def expert(self, layer: int, e: int, dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(gate [I,H], up [I,H], down [H,I]) of one routed expert, whatever the stored layout."""
+        pre = f"layers.{layer}.mlp.experts."
+        if self.fused_experts:
+            gu = self.raw(pre + "gate_up_proj")[e]
+            entry = self.entries[pre + "gate_up_proj"]
+            inter = gu.shape[0] // 2
+            gate = to_float(gu[:inter], entry.dtype, dtype)
+            up = to_float(gu[inter:], entry.dtype, dtype)
+            down = to_float(self.raw(pre + "down_proj")[e], self.entries[pre + "down_proj"].dtype, dtype)
+            return gate, up, down
+        return tuple(self.get(f"{pre}{e}.{p}.weight", dtype) for p in ("gate_proj", "up_proj", "down_proj"))
+
+    def _per_expert_key(self, name: str) -> str | None:
+        m = re.match(r"^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$", name)
+        return m.group(0) if m and not self.fused_experts else None
+
+    def _expert_from_per_expert(self, name: str, dtype: type) -> np.ndarray:
+        """Assemble the fused expert arrays from a per-expert checkpoint (reference use only)."""
+        if self._per_expert_key(name) is None:
+            raise CheckpointError(f"missing tensor {name}")
+        layer = int(name.split(".")[1])
+        parts = [self.expert(layer, e, dtype) for e in range(self.model.num_experts)]
+        if name.endswith("gate_up_proj"):
+            return np.stack([np.concatenate([g, u], axis=0) for g, u, _ in parts])
+        return np.stack([d for _, _, d in parts])
+
+    def iter_entries(self) -> Iterator[tuple[str, TensorEntry]]:
+        yield from self.entries.items()
+
+
+def to_float(a: np.ndarray, stored: str, dtype: type = np.float32) -> np.ndarray:
+    """Widen a stored array to float; BF16 bit patterns become exact float32 values."""
+    if stored == "BF16":
+        return (a.astype(np.uint32) << 16).view(np.float32).astype(dtype, copy=False)
+    return a.astype(dtype)
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """Round float32 to BF16 (round to nearest even) and return the uint16 bit patterns."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = u + 0x7FFF + ((u >> 16) & 1)
+    return (rounded >> 16).astype(np.uint16)
+
+
+def expected_shapes(cfg: CloverConfig, fused_experts: bool = True, diffusion: bool = True) -> dict[str, tuple]:
+    """Canonical name -> shape of every tensor of a Clover checkpoint, as the publisher stores it.
+
+    Placement and shapes of the four diffusion tensors are [ours] (CLOVER.md section 2).
+    """
+    h, v = cfg.hidden_size, cfg.vocab_size
+    out: dict[str, tuple] = {"embed_tokens.weight": (v, h), "norm.weight": (h,)}
+    if not cfg.tie_word_embeddings:
+        out["lm_head.weight"] = (v, h)
+    n_e, inter, sh = cfg.num_experts, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size
+    nv = cfg.linear_num_value_heads
+    for i, is_attn in enumerate(cfg.is_attention):
+        p = f"layers.{i}."
+        out[p + "input_layernorm.weight"] = (h,)
+        out[p + "post_attention_layernorm.weight"] = (h,)
+        if is_attn:
+            qd, kvd = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+            out[p + "self_attn.q_proj.weight"] = (2 * qd, h)
+            out[p + "self_attn.k_proj.weight"] = (kvd, h)
+            out[p + "self_attn.v_proj.weight"] = (kvd, h)
+            out[p + "self_attn.o_proj.weight"] = (h, qd)
+            out[p + "self_attn.q_norm.weight"] = (cfg.head_dim,)
+            out[p + "self_attn.k_norm.weight"] = (cfg.head_dim,)
+        else:
+            la = p + "linear_attn."
+            out[la + "in_proj_qkv.weight"] = (cfg.conv_dim, h)
+            out[la + "in_proj_z.weight"] = (cfg.value_dim, h)
+            out[la + "in_proj_b.weight"] = (nv, h)
+            out[la + "in_proj_a.weight"] = (nv, h)
+            out[la + "conv1d.weight"] = (cfg.conv_dim, 1, cfg.linear_conv_kernel_dim)
+            out[la + "dt_bias"] = (nv,)
+            out[la + "A_log"] = (nv,)
+            out[la + "norm.weight"] = (cfg.linear_value_head_dim,)
+            out[la + "out_proj.weight"] = (h, cfg.value_dim)
+            if diffusion:
+                out[la + "conv_right_weight"] = (cfg.conv_dim, cfg.linear_conv_kernel_dim - 1)
+                out[la + "bd_softmax_logit_scale"] = (nv,)
+                out[la + "bd_softmax_history_bias"] = (nv,)
+                out[la + "bd_softmax_history_c"] = (nv,)
+        m = p + "mlp."
+        out[m + "gate.weight"] = (n_e, h)
+        if fused_experts:
+            out[m + "experts.gate_up_proj"] = (n_e, 2 * inter, h)
+            out[m + "experts.down_proj"] = (n_e, h, inter)
+        else:
+            for e in range(n_e):
+                out[f"{m}experts.{e}.gate_proj.weight"] = (inter, h)
+                out[f"{m}experts.{e}.up_proj.weight"] = (inter, h)
+                out[f"{m}experts.{e}.down_proj.weight"] = (h, inter)
+        out[m + "shared_expert.gate_proj.weight"] = (sh, h)
+        out[m + "shared_expert.up_proj.weight"] = (sh, h)
+        out[m + "shared_expert.down_proj.weight"] = (h, sh)
+        out[m + "shared_expert_gate.weight"] = (1, h)
+    return out
+
+
+def conv_right_taps(w: np.ndarray, kernel: int) -> np.ndarray:
+    """Accept `conv_right_weight` as [conv_dim, kernel-1] or [conv_dim, 1, kernel-1]."""
+    w = w.reshape(w.shape[0], -1)
+    if w.shape[1] != kernel - 1:
+        raise CheckpointError(f"conv_right_weight has {w.shape[1]} taps, expected {kernel - 1}")
+    return w

@@ -1,0 +1,1 @@
+"""The numpy reference model of Clover: the executable specification and test oracle."""

@@ -1,0 +1,1 @@
+"""Generated Clover checkpoints for tests and benchmarks."""

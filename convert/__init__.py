@@ -1,0 +1,1 @@
+"""clover-convert: a Clover safetensors checkpoint to GGUF, every diffusion tensor kept."""

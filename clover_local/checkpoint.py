@@ -9,7 +9,9 @@ per-expert `experts.E.{gate,up,down}_proj`) are served through one accessor.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import mmap
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -209,6 +211,37 @@ def to_float(a: np.ndarray, stored: str, dtype: type = np.float32) -> np.ndarray
     if stored == "BF16":
         return (a.astype(np.uint32) << 16).view(np.float32).astype(dtype, copy=False)
     return a.astype(dtype)
+
+
+def release_pages(a: np.ndarray) -> None:
+    """Drop the resident pages behind a C-contiguous view of a mapped shard.
+
+    Pages of a read-only file mapping stay counted in the process's RSS once touched; a reader
+    that streams the whole checkpoint (the converter) calls this after each block so its memory
+    does not grow with the model. The data stays in the page cache and faults back in if read again.
+    """
+    if _libc is None or a.nbytes == 0 or not _is_file_mapped(a):
+        return  # never on heap memory: MADV_DONTNEED would zero it
+    start = a.__array_interface__["data"][0]
+    first = start - start % mmap.PAGESIZE
+    _libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(start + a.nbytes - first), _MADV_DONTNEED)
+
+
+def _is_file_mapped(a: np.ndarray) -> bool:
+    base = a
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return True
+        base = getattr(base, "base", None)
+    return False
+
+
+_MADV_DONTNEED = 4
+try:
+    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+    _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+except (OSError, AttributeError):  # no libc madvise (non-POSIX): pages are simply left to the OS
+    _libc = None
 
 
 def bf16_bits(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,163 @@
+"""The block-diffusion loop (CLOVER.md 2.1-2.2): a generator of per-pass events over a `Backend`.
+
+A request is one prefill, then per block of `block_size` positions: previews until every needed
+position is resolved (`policy.fill_positions`), then one commit. The API, streaming, the visual
+trace and the benchmark all consume `generate`; `complete` just runs it to the end.
+
+Which tokens get committed: exactly the tokens returned. A block cut by a stop token or by the
+budget is committed up to its cut (stop token included), so after a request the backend's state
+holds the prompt followed by `Result.tokens`, ready for a continuation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from . import policy
+from .policy import DecodingSettings, LogitAdjustment
+
+
+class Backend(Protocol):
+    """What a model runtime must offer the loop; every answer is O(block) numbers.
+
+    Each method runs one pass and returns, per requested row, the argmax token after the logit
+    adjustment and its probability (`policy.pick`). Rows are the pass's input positions; row i's
+    hidden state predicts position i + 1 (the loop does the alignment, `aligned_candidates`).
+    """
+
+    vocab_size: int
+
+    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+        """Start a new sequence with a causal pass over `tokens`; the last row's pick."""
+        ...
+
+    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
+        """Denoising pass over the block after the committed prefix, state untouched; all rows' picks."""
+        ...
+
+    def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+        """Causal pass appending `tokens` to the sequence; the last row's pick."""
+        ...
+
+
+@dataclass(frozen=True)
+class PassEvent:
+    """One preview pass: which block positions it filled and the block afterwards."""
+
+    block: int
+    pass_index: int
+    position: int  # sequence position of block row 0
+    filled: tuple[int, ...]
+    tokens: tuple[int, ...]  # snapshot after the pass; mask id where unresolved
+    probs: tuple[float, ...]  # candidate probability of every position in this pass
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BlockEvent:
+    """A finished block: its committed tokens (cut at the stop or budget) and its cost."""
+
+    block: int
+    tokens: tuple[int, ...]
+    passes: int
+    commit_seconds: float
+
+
+@dataclass(frozen=True)
+class Result:
+    """The end of a request. `tokens_per_pass` counts fills, so positions later cut by a stop count too."""
+
+    tokens: tuple[int, ...]
+    finish_reason: str  # "stop" or "length"
+    prompt_tokens: int
+    passes_per_block: tuple[int, ...]
+    tokens_per_pass: tuple[int, ...]
+    prefill_seconds: float
+    seconds: float
+
+
+Event = PassEvent | BlockEvent | Result
+
+
+def aligned_candidates(
+    anchor: tuple[int, float], tokens: np.ndarray, probs: np.ndarray, logit_shift: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Logit alignment (CLOVER.md 2.5 [ours]): each block position's candidate from a preview.
+
+    With shift 1 the candidate for position 0 is `anchor` (the pick of the row before the block:
+    the prefill's or the previous commit's last row, fixed for the block) and position i >= 1
+    takes preview row i-1; the preview's last row is unused. With shift 0 row i serves position i.
+    """
+    if logit_shift == 0:
+        return np.asarray(tokens), np.asarray(probs, dtype=np.float64)
+    return np.concatenate([[anchor[0]], tokens[:-1]]), np.concatenate([[anchor[1]], probs[:-1]])
+
+
+def generate(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Iterator[Event]:
+    """Run one request; yields a `PassEvent` per preview, a `BlockEvent` per block, then the `Result`."""
+    prompt = list(prompt)
+    policy.check_length(len(prompt), s)
+    start = time.perf_counter()
+    response: list[int] = []
+    anchor = backend.prefill(prompt, policy.adjustment(s, backend.vocab_size, prompt, response))
+    prefill_seconds = time.perf_counter() - start
+    passes_per_block: list[int] = []
+    tokens_per_pass: list[int] = []
+    finish = "length"
+    while len(response) < s.max_new_tokens:
+        index, position = len(passes_per_block), len(prompt) + len(response)
+        block = np.full(s.block_size, s.mask_token_id, dtype=np.int64)
+        end, stopped = policy.block_extent(block, s, s.max_new_tokens - len(response))
+        passes = 0
+        while (block[:end] == s.mask_token_id).any():
+            t0 = time.perf_counter()
+            seen = policy.resolved_response(response, block, s.mask_token_id)
+            adj = policy.adjustment(s, backend.vocab_size, prompt, seen)
+            cand, probs = aligned_candidates(anchor, *backend.preview(block.tolist(), adj), s.logit_shift)
+            masked = block == s.mask_token_id
+            masked[end:] = False
+            filled = policy.fill_positions(probs, masked, s.threshold)
+            block[filled] = cand[filled]
+            end, stopped = policy.block_extent(block, s, s.max_new_tokens - len(response))
+            tokens_per_pass.append(len(filled))
+            yield PassEvent(
+                index,
+                passes,
+                position,
+                tuple(int(f) for f in filled),
+                tuple(int(t) for t in block),
+                tuple(float(p) for p in probs),
+                time.perf_counter() - t0,
+            )
+            passes += 1
+        kept = [int(t) for t in block[:end]]
+        response += kept
+        t0 = time.perf_counter()
+        anchor = backend.commit(kept, policy.adjustment(s, backend.vocab_size, prompt, response))
+        passes_per_block.append(passes)
+        yield BlockEvent(index, tuple(kept), passes, time.perf_counter() - t0)
+        if stopped:
+            finish = "stop"
+            break
+    yield Result(
+        tuple(response),
+        finish,
+        len(prompt),
+        tuple(passes_per_block),
+        tuple(tokens_per_pass),
+        prefill_seconds,
+        time.perf_counter() - start,
+    )
+
+
+def complete(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Result:
+    """Run `generate` to the end and return its `Result`."""
+    for event in generate(backend, prompt, s):
+        if isinstance(event, Result):
+            return event
+    raise AssertionError("generate ended without a Result")

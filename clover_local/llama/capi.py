@@ -1,0 +1,135 @@
+"""ctypes bindings of the Clover C API that the patch series adds to `llama.h`.
+
+Same style as `llama_cpp/llama_cpp.py`: each function has its C prototype as a comment and binds
+the library llama-cpp-python loaded. On an unpatched build `PATCHED` is false and nothing is bound.
+A few ggml functions, used to inspect graph tensors from an eval callback, are bound as well.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+from llama_cpp import llama_cpp as _llama
+
+_lib = _llama._lib
+ctypes_function = _llama.ctypes_function
+llama_model_p_ctypes = _llama.llama_model_p_ctypes
+llama_context_p_ctypes = _llama.llama_context_p_ctypes
+llama_token_p = _llama.llama_token_p
+llama_seq_id = _llama.llama_seq_id
+
+PATCHED = hasattr(_lib, "llama_clover_preview")
+
+
+# LLAMA_API bool llama_model_is_clover(const struct llama_model * model);
+@ctypes_function("llama_model_is_clover", [llama_model_p_ctypes], ctypes.c_bool, enabled=PATCHED)
+def llama_model_is_clover(model: int, /) -> bool: ...
+
+
+# LLAMA_API bool llama_model_clover_has_diffusion(const struct llama_model * model);
+@ctypes_function("llama_model_clover_has_diffusion", [llama_model_p_ctypes], ctypes.c_bool, enabled=PATCHED)
+def llama_model_clover_has_diffusion(model: int, /) -> bool: ...
+
+
+# LLAMA_API int32_t llama_clover_set_adjust(
+#         struct llama_context * ctx,
+#                  const float * pos_scale,
+#                  const float * neg_scale,
+#                  const float * bias);
+@ctypes_function(
+    "llama_clover_set_adjust",
+    [llama_context_p_ctypes, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p],
+    ctypes.c_int32,
+    enabled=PATCHED,
+)
+def llama_clover_set_adjust(ctx: int, pos_scale: int | None, neg_scale: int | None, bias: int | None, /) -> int: ...
+
+
+# LLAMA_API void llama_clover_set_head(struct llama_context * ctx, bool enabled, bool logits);
+@ctypes_function("llama_clover_set_head", [llama_context_p_ctypes, ctypes.c_bool, ctypes.c_bool], None, enabled=PATCHED)
+def llama_clover_set_head(ctx: int, enabled: bool, logits: bool, /) -> None: ...
+
+
+# LLAMA_API int32_t llama_clover_preview(
+#         struct llama_context * ctx,
+#                 llama_seq_id   seq_id,
+#            const llama_token * tokens,
+#                      int32_t   n_tokens,
+#                         bool   coreset,
+#                        float   top_p);
+@ctypes_function(
+    "llama_clover_preview",
+    [llama_context_p_ctypes, llama_seq_id, llama_token_p, ctypes.c_int32, ctypes.c_bool, ctypes.c_float],
+    ctypes.c_int32,
+    enabled=PATCHED,
+)
+def llama_clover_preview(
+    ctx: int, seq_id: int, tokens: ctypes.Array, n_tokens: int, coreset: bool, top_p: float, /
+) -> int: ...
+
+
+# LLAMA_API int32_t llama_clover_get_rows(
+#         struct llama_context * ctx,
+#                  llama_token * tokens,
+#                        float * probs,
+#                      int32_t   n_max);
+@ctypes_function(
+    "llama_clover_get_rows",
+    [llama_context_p_ctypes, llama_token_p, ctypes.POINTER(ctypes.c_float), ctypes.c_int32],
+    ctypes.c_int32,
+    enabled=PATCHED,
+)
+def llama_clover_get_rows(ctx: int, tokens: ctypes.Array, probs: ctypes.Array, n_max: int, /) -> int: ...
+
+
+# ggml: enough of `struct ggml_tensor` (ggml/include/ggml.h of the pinned tree) to walk a graph node
+GGML_MAX_DIMS, GGML_MAX_SRC, GGML_MAX_OP_PARAMS, GGML_MAX_NAME = 4, 10, 64, 64
+
+
+class ggml_tensor(ctypes.Structure):
+    pass
+
+
+ggml_tensor._fields_ = [
+    ("type", ctypes.c_int),
+    ("buffer", ctypes.c_void_p),
+    ("ne", ctypes.c_int64 * GGML_MAX_DIMS),
+    ("nb", ctypes.c_size_t * GGML_MAX_DIMS),
+    ("op", ctypes.c_int),
+    ("op_params", ctypes.c_int32 * (GGML_MAX_OP_PARAMS // 4)),
+    ("flags", ctypes.c_int32),
+    ("src", ctypes.POINTER(ggml_tensor) * GGML_MAX_SRC),
+    ("view_src", ctypes.POINTER(ggml_tensor)),
+    ("view_offs", ctypes.c_size_t),
+    ("data", ctypes.c_void_p),
+    ("name", ctypes.c_char * GGML_MAX_NAME),
+    ("extra", ctypes.c_void_p),
+    ("padding", ctypes.c_char * 8),
+]
+
+
+def _load_ggml_base() -> ctypes.CDLL:
+    """libggml-base, which sits next to the libllama that llama-cpp-python loaded."""
+    lib = Path(_lib._name)
+    return ctypes.CDLL(str(lib.with_name("ggml-base.dll" if lib.suffix == ".dll" else f"libggml-base{lib.suffix}")))
+
+
+_ggml = _load_ggml_base()
+
+# GGML_API const char * ggml_op_desc(const struct ggml_tensor * t); // unary or op name
+ggml_op_desc = _ggml.ggml_op_desc
+ggml_op_desc.argtypes, ggml_op_desc.restype = [ctypes.POINTER(ggml_tensor)], ctypes.c_char_p
+
+# GGML_API const char * ggml_type_name(enum ggml_type type);
+ggml_type_name = _ggml.ggml_type_name
+ggml_type_name.argtypes, ggml_type_name.restype = [ctypes.c_int], ctypes.c_char_p
+
+# GGML_API size_t ggml_nbytes(const struct ggml_tensor * tensor);
+ggml_nbytes = _ggml.ggml_nbytes
+ggml_nbytes.argtypes, ggml_nbytes.restype = [ctypes.POINTER(ggml_tensor)], ctypes.c_size_t
+
+# GGML_API void ggml_backend_tensor_get(const struct ggml_tensor * tensor, void * data, size_t offset, size_t size);
+ggml_backend_tensor_get = _ggml.ggml_backend_tensor_get
+ggml_backend_tensor_get.argtypes = [ctypes.POINTER(ggml_tensor), ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+ggml_backend_tensor_get.restype = None

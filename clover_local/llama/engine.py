@@ -1,0 +1,233 @@
+"""The llama.cpp backend: one Clover sequence on a patched llama.cpp context (`decode.Backend`).
+
+Every pass runs the clover head in the graph (logit adjustment, softmax, argmax), so a pass reads
+back per row only the greedy token and its probability; full logits are copied out only when a
+caller asks for them (`causal_logits`, `preview_logits`: verification and tests).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+from llama_cpp import llama_cpp as ll
+
+from ..policy import LogitAdjustment
+from . import capi
+
+GGML_TYPE_F32, GGML_TYPE_F16 = 0, 1
+SEQ = 0
+
+# bool (*ggml_backend_sched_eval_callback)(struct ggml_tensor * t, bool ask, void * user_data), on ggml_tensor
+EvalCallback = Callable[["ctypes._Pointer[capi.ggml_tensor]", bool], bool]
+
+
+class EngineError(RuntimeError):
+    """The runtime refused a request (not a Clover file, no diffusion tensors, a failed pass)."""
+
+
+def require_patched() -> None:
+    """Fail clearly when the installed llama-cpp-python lacks the Clover patch series."""
+    if not capi.PATCHED:
+        raise EngineError(
+            "the installed llama-cpp-python has no Clover support (llama_clover_* missing): "
+            "run `make install` (patches/build.py) to build the patched wheel"
+        )
+
+
+class LlamaEngine:
+    """A model and a one-sequence context; implements `decode.Backend` plus state and logits access.
+
+    `f32_cache` keeps K/V in F32 (verification against the float64 reference); `eval_callback`
+    is llama.cpp's `cb_eval`, called for every graph node (tests inspect ops and intermediates).
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        n_ctx: int = 4096,
+        n_gpu_layers: int = 0,
+        n_threads: int | None = None,
+        flash_attn: bool | None = None,
+        f32_cache: bool = False,
+        n_ubatch: int = 512,
+        coreset: bool | None = None,
+        coreset_top_p: float | None = None,
+        eval_callback: EvalCallback | None = None,
+    ):
+        require_patched()
+        ll.llama_backend_init()
+        mparams = ll.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        self.model = ll.llama_model_load_from_file(str(model_path).encode(), mparams)
+        if not self.model:
+            raise EngineError(f"could not load {model_path}")
+        self.ctx = None
+        if not capi.llama_model_is_clover(self.model):
+            self.close()
+            raise EngineError(f"{model_path} is not a clover-moe GGUF")
+        self.has_diffusion = bool(capi.llama_model_clover_has_diffusion(self.model))
+        self.vocab_size = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(self.model))
+        self.coreset = self._meta("clover-moe.diffusion.coreset_enabled", "true") == "true" if coreset is None else coreset
+        self.coreset_top_p = (
+            float(self._meta("clover-moe.diffusion.coreset_top_p", "0.9")) if coreset_top_p is None else coreset_top_p
+        )
+
+        cparams = ll.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = max(n_ubatch, 512)
+        cparams.n_ubatch = n_ubatch
+        cparams.n_seq_max = 1
+        if n_threads is not None:
+            cparams.n_threads = cparams.n_threads_batch = n_threads
+        if flash_attn is not None:
+            cparams.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        if f32_cache:
+            cparams.type_k = cparams.type_v = GGML_TYPE_F32
+        if eval_callback is not None:
+            # keep the ctypes trampoline alive as long as the context
+            self._cb = ll.ggml_backend_sched_eval_callback(
+                lambda t, ask, _ud: eval_callback(ctypes.cast(t, ctypes.POINTER(capi.ggml_tensor)), ask)
+            )
+            cparams.cb_eval = self._cb
+        self.ctx = ll.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            self.close()
+            raise EngineError("could not create a llama.cpp context")
+        self.n_batch = cparams.n_batch
+        self._adjusted = False
+
+    def _meta(self, key: str, default: str) -> str:
+        buf = ctypes.create_string_buffer(256)
+        n = ll.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode() if n >= 0 else default
+
+    def close(self) -> None:
+        if self.ctx:
+            ll.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            ll.llama_model_free(self.model)
+            self.model = None
+
+    def __enter__(self) -> LlamaEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # decode.Backend
+
+    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+        self.reset()
+        return self.commit(tokens, adj)
+
+    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
+        return self._preview(block, adj, logits=False)[:2]
+
+    def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+        tok, prob, _ = self._decode(tokens, adj, all_rows=False, logits=False)
+        return int(tok[-1]), float(prob[-1])
+
+    # verification and tests
+
+    def causal_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """Commit `tokens` and return their causal logits [T, V] (unadjusted)."""
+        return self._decode(tokens, LogitAdjustment.identity(self.vocab_size), all_rows=True, logits=True)[2]
+
+    def preview_logits(self, block: Sequence[int]) -> np.ndarray:
+        """A preview's logits [B, V] (unadjusted); the state is untouched."""
+        return self._preview(block, LogitAdjustment.identity(self.vocab_size), logits=True)[2]
+
+    def reset(self) -> None:
+        """Forget the sequence."""
+        ll.llama_memory_clear(ll.llama_get_memory(self.ctx), True)
+
+    def state_bytes(self) -> bytes:
+        """The sequence's serialized memory (K/V cells, conv and recurrent states)."""
+        size = ll.llama_state_seq_get_size(self.ctx, SEQ)
+        buf = (ctypes.c_uint8 * size)()
+        n = ll.llama_state_seq_get_data(self.ctx, buf, size, SEQ)
+        return bytes(buf[:n])
+
+    @property
+    def n_past(self) -> int:
+        return ll.llama_memory_seq_pos_max(ll.llama_get_memory(self.ctx), SEQ) + 1
+
+    # internals
+
+    def _set_adjust(self, adj: LogitAdjustment) -> None:
+        identity = not adj.bias.any() and (adj.pos_scale == 1).all() and (adj.neg_scale == 1).all()
+        if identity and not self._adjusted:
+            return
+        if identity:
+            capi.llama_clover_set_adjust(self.ctx, None, None, None)
+        else:
+            rows = [np.ascontiguousarray(a, dtype=np.float32) for a in (adj.pos_scale, adj.neg_scale, adj.bias)]
+            if any(r.shape != (self.vocab_size,) for r in rows):
+                raise ValueError(f"logit adjustment vectors must have {self.vocab_size} entries")
+            capi.llama_clover_set_adjust(self.ctx, *(r.ctypes.data for r in rows))
+        self._adjusted = not identity
+
+    def _rows(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        tok = (ll.llama_token * n)()
+        prob = (ctypes.c_float * n)()
+        got = capi.llama_clover_get_rows(self.ctx, tok, prob, n)
+        if got != n:
+            raise EngineError(f"the clover head returned {got} rows, expected {n}")
+        return np.frombuffer(tok, dtype=np.int32).astype(np.int64), np.frombuffer(prob, dtype=np.float32).copy()
+
+    def _logits(self, n: int) -> np.ndarray:
+        ptr = ll.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n, self.vocab_size)).copy()
+
+    def _decode(
+        self, tokens: Sequence[int], adj: LogitAdjustment, all_rows: bool, logits: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        if len(tokens) == 0:
+            raise ValueError("a pass needs at least one token")
+        self._set_adjust(adj)
+        capi.llama_clover_set_head(self.ctx, True, logits)
+        toks, probs, outs = [], [], []
+        batch = ll.llama_batch_init(self.n_batch, 0, 1)
+        try:
+            for start in range(0, len(tokens), self.n_batch):
+                chunk = tokens[start : start + self.n_batch]
+                pos0 = self.n_past
+                for i, t in enumerate(chunk):
+                    batch.token[i] = t
+                    batch.pos[i] = pos0 + i
+                    batch.n_seq_id[i] = 1
+                    batch.seq_id[i][0] = SEQ
+                    batch.logits[i] = all_rows or start + i == len(tokens) - 1
+                batch.n_tokens = len(chunk)
+                rc = ll.llama_decode(self.ctx, batch)
+                if rc != 0:
+                    raise EngineError(f"llama_decode failed ({rc})")
+                n_out = len(chunk) if all_rows else int(start + len(chunk) == len(tokens))
+                if n_out:
+                    t, p = self._rows(n_out)
+                    toks.append(t)
+                    probs.append(p)
+                    if logits:
+                        outs.append(self._logits(n_out))
+        finally:
+            ll.llama_batch_free(batch)
+            capi.llama_clover_set_head(self.ctx, False, True)
+        return np.concatenate(toks), np.concatenate(probs), np.concatenate(outs) if logits else None
+
+    def _preview(
+        self, block: Sequence[int], adj: LogitAdjustment, logits: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        if not self.has_diffusion:
+            raise EngineError("this GGUF has no block-diffusion tensors (converted with --ar-only): previews need a full conversion")
+        self._set_adjust(adj)
+        capi.llama_clover_set_head(self.ctx, False, logits)
+        arr = (ll.llama_token * len(block))(*block)
+        rc = capi.llama_clover_preview(self.ctx, SEQ, arr, len(block), self.coreset, self.coreset_top_p)
+        if rc != 0:
+            raise EngineError(f"llama_clover_preview failed ({rc}); see the llama.cpp log")
+        tok, prob = self._rows(len(block))
+        return tok, prob, self._logits(len(block)) if logits else None

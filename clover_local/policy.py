@@ -1,0 +1,192 @@
+"""The decoding policy, one for every backend: fill rule, logit adjustment, penalties, ramps,
+stops and the length limit (CLOVER.md 2.1, 2.5; docs/design.md "Decoding").
+
+A backend only runs passes and returns, per row, the argmax token and its probability after the
+logit adjustment built here (`pick` is that contract in numpy). Every decision about which
+positions to fill, when to stop and what to penalise is taken in this module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .config import CONTEXT_LIMIT, GenerationDefaults
+
+
+class RequestTooLong(ValueError):
+    """A request cannot fit the model's context (prompt + room to finish the last block)."""
+
+
+@dataclass(frozen=True)
+class LogitAdjustment:
+    """Per-vocab vectors of `l' = max(l,0) * pos_scale + min(l,0) * neg_scale + bias`."""
+
+    pos_scale: np.ndarray
+    neg_scale: np.ndarray
+    bias: np.ndarray
+
+    @classmethod
+    def identity(cls, vocab_size: int) -> LogitAdjustment:
+        ones = np.ones(vocab_size, dtype=np.float32)
+        return cls(ones, ones.copy(), np.zeros(vocab_size, dtype=np.float32))
+
+
+def adjust_logits(logits: np.ndarray, adj: LogitAdjustment) -> np.ndarray:
+    """Apply the adjustment to logits [..., V]; the same formula runs in the llama.cpp graph."""
+    return np.maximum(logits, 0) * adj.pos_scale + np.minimum(logits, 0) * adj.neg_scale + adj.bias
+
+
+def pick(logits: np.ndarray, adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of logits [T, V]: the argmax token after adjustment and its softmax probability."""
+    adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj)
+    tokens = adjusted.argmax(axis=-1)
+    top = np.take_along_axis(adjusted, tokens[:, None], axis=-1)
+    probs = 1.0 / np.exp(adjusted - top).sum(axis=-1)
+    return tokens, probs
+
+
+@dataclass(frozen=True)
+class DecodingSettings:
+    """Everything the policy needs for one request; built from `GenerationDefaults` plus overrides."""
+
+    mask_token_id: int
+    block_size: int = 32
+    threshold: float = 0.95
+    max_new_tokens: int = 2048
+    stop_token_ids: tuple[int, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    stop_ramp_start: float = 0.0
+    stop_ramp_max: float = 0.0
+    think_ramp_start: float = 0.0
+    think_ramp_max: float = 0.0
+    think_start_id: int | None = None  # `<think>` / `</think>` ids; None: no think ramp
+    think_end_id: int | None = None
+    logit_shift: int = 1  # [ours] the hidden state at i predicts token i + logit_shift (1 or 0)
+    context_limit: int = CONTEXT_LIMIT
+
+    @classmethod
+    def from_defaults(
+        cls, gen: GenerationDefaults, mask_token_id: int, **overrides: object
+    ) -> DecodingSettings:
+        """Settings from a checkpoint's generation defaults; `overrides` win (None means keep)."""
+        kw: dict[str, object] = {f.name: getattr(gen, f.name) for f in fields(cls) if hasattr(gen, f.name)}
+        kw.update(mask_token_id=mask_token_id, stop_token_ids=gen.eos_token_ids)
+        kw.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**kw)
+
+
+def check_length(prompt_len: int, s: DecodingSettings) -> None:
+    """Reject a request whose prompt plus whole blocks for the budget exceed the context (2.1 [vendor]).
+
+    Each block is `block_size` tokens wide even when the budget ends inside it, so the room needed
+    is the budget rounded up to whole blocks. Called before any pass runs.
+    """
+    if prompt_len < 1:
+        raise ValueError("the prompt is empty: block diffusion needs at least one prompt token")
+    room = math.ceil(s.max_new_tokens / s.block_size) * s.block_size
+    if prompt_len + room > s.context_limit:
+        fits = max(0, (s.context_limit - prompt_len) // s.block_size * s.block_size)
+        raise RequestTooLong(
+            f"request too long: prompt {prompt_len} tokens + {room} for {s.max_new_tokens} new tokens "
+            f"in blocks of {s.block_size} = {prompt_len + room} > the model's limit of {s.context_limit}; "
+            f"shorten the prompt or lower max_new_tokens to {fits}"
+        )
+
+
+def resolved_response(response: Sequence[int], block: Sequence[int], mask_token_id: int) -> list[int]:
+    """Response tokens the penalties and ramps count (CLOVER.md 2.5 [ours]).
+
+    The committed response plus the current block's resolved positions (in position order);
+    the prompt never counts. One count serves every row of a pass.
+    """
+    return [*response, *(t for t in block if t != mask_token_id)]
+
+
+def ramp(n_generated: int, budget: int, start: float, peak: float) -> float:
+    """A ramp's bias: 0 up to start x budget tokens, then linear to `peak` at the budget.
+
+    CLOVER.md 2.5 [ours]; the budget is max_new_tokens.
+    """
+    begin = start * budget
+    if peak == 0 or n_generated <= begin:
+        return 0.0
+    if n_generated >= budget:
+        return peak
+    return peak * (n_generated - begin) / (budget - begin)
+
+
+def thinking(prompt: Sequence[int], response: Sequence[int], s: DecodingSettings) -> bool:
+    """Whether the text ends inside a `<think>` section (the last `<think>` is after any `</think>`)."""
+    if s.think_start_id is None or s.think_end_id is None:
+        return False
+    for seq in (response, prompt):  # backwards: the chat template puts `<think>` at the prompt's end
+        for t in reversed(seq):
+            if t in (s.think_start_id, s.think_end_id):
+                return t == s.think_start_id
+    return False
+
+
+def adjustment(
+    s: DecodingSettings, vocab_size: int, prompt: Sequence[int], response: Sequence[int]
+) -> LogitAdjustment:
+    """The logit adjustment of a pass, from the response resolved so far (`resolved_response`).
+
+    Repetition penalty p on a seen token: pos_scale 1/p, neg_scale p. Presence and frequency
+    penalties subtract from the bias; the stop ramp adds to the stop tokens' bias, the think ramp
+    to `</think>`'s while thinking, both growing with the response length toward max_new_tokens.
+    The mask token is never a candidate (bias -inf): filling a position with it would never end.
+    """
+    adj = LogitAdjustment.identity(vocab_size)
+    if 0 <= s.mask_token_id < vocab_size:
+        adj.bias[s.mask_token_id] = -np.inf
+    counts = Counter(response)
+    if counts:
+        seen = np.fromiter(counts.keys(), dtype=np.int64)
+        n = np.fromiter(counts.values(), dtype=np.float32)
+        adj.pos_scale[seen] = 1.0 / s.repetition_penalty
+        adj.neg_scale[seen] = s.repetition_penalty
+        adj.bias[seen] -= s.presence_penalty + s.frequency_penalty * n
+    stop_bias = ramp(len(response), s.max_new_tokens, s.stop_ramp_start, s.stop_ramp_max)
+    if stop_bias and s.stop_token_ids:
+        adj.bias[list(s.stop_token_ids)] += stop_bias
+    if s.think_end_id is not None and thinking(prompt, response, s):
+        adj.bias[s.think_end_id] += ramp(
+            len(response), s.max_new_tokens, s.think_ramp_start, s.think_ramp_max
+        )
+    return adj
+
+
+def block_extent(block: Sequence[int], s: DecodingSettings, remaining: int) -> tuple[int, bool]:
+    """Stop rule (CLOVER.md 2.1): how many leading block positions the response needs, and whether
+    a stop token ends it.
+
+    The extent is the block, cut to the remaining budget, cut again just after the first resolved
+    stop token. The block is finished once every position inside the extent is resolved; the
+    positions past it are discarded.
+    """
+    end = min(len(block), remaining)
+    stops = set(s.stop_token_ids)
+    for i in range(end):
+        if block[i] in stops:
+            return i + 1, True
+    return end, False
+
+
+def fill_positions(probs: np.ndarray, masked: np.ndarray, threshold: float) -> np.ndarray:
+    """Fill rule (CLOVER.md 2.1 [vendor]): the masked positions whose candidate probability is at
+    least `threshold`; if none, the single most confident one (the lowest position on a tie).
+
+    `masked` flags the positions still open (inside the block extent). Returns sorted positions.
+    """
+    open_pos = np.flatnonzero(masked)
+    if open_pos.size == 0:
+        return open_pos
+    sure = open_pos[probs[open_pos] >= threshold]
+    return sure if sure.size else open_pos[[int(np.argmax(probs[open_pos]))]]

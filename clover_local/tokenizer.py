@@ -1,0 +1,101 @@
+"""Tokenizer and chat template of a checkpoint: HF `tokenizers` plus jinja2, no transformers needed.
+
+The chat template is rendered the way transformers renders it (sandboxed jinja2, trim_blocks,
+lstrip_blocks, `raise_exception`, `tojson`), so prompts are byte-identical to the publisher's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+THINK_START, THINK_END = "<think>", "</think>"
+
+
+class ChatTemplateError(ValueError):
+    """The chat template is missing or rejected the messages."""
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(message)
+
+
+def _tojson(
+    x: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys=False
+) -> str:
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+class CloverTokenizer:
+    """`tokenizer.json` + the chat template of `tokenizer_config.json` (or `chat_template.jinja`)."""
+
+    def __init__(self, tokenizer: Tokenizer, chat_template: str | None, special: dict[str, Any]):
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.special = special  # bos/eos/pad token strings of tokenizer_config.json
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> CloverTokenizer:
+        path = Path(path)
+        if not (path / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"{path}: no tokenizer.json")
+        cfg_path = path / "tokenizer_config.json"
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
+        template = cfg.get("chat_template")
+        if isinstance(template, list):  # named templates: [{"name": "default", "template": ...}, ...]
+            template = {t.get("name"): t.get("template") for t in template}.get("default")
+        if template is None and (path / "chat_template.jinja").is_file():
+            template = (path / "chat_template.jinja").read_text(encoding="utf-8")
+        special = {k: cfg.get(k) for k in ("bos_token", "eos_token", "pad_token")}
+        return cls(Tokenizer.from_file(str(path / "tokenizer.json")), template, special)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of text; special tokens written in the text are recognised, none is added."""
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_id(self, token: str) -> int | None:
+        return self.tokenizer.token_to_id(token)
+
+    def render_chat(
+        self,
+        messages: Sequence[dict[str, Any]],
+        enable_thinking: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """The prompt text of a conversation, ready for the assistant's turn."""
+        if not self.chat_template:
+            raise ChatTemplateError(
+                "the checkpoint has no chat template (tokenizer_config.json chat_template)"
+            )
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        try:
+            return env.from_string(self.chat_template).render(
+                messages=list(messages),
+                add_generation_prompt=add_generation_prompt,
+                enable_thinking=enable_thinking,
+                **self.special,
+            )
+        except TemplateError as e:
+            raise ChatTemplateError(f"chat template: {e}") from None
+
+    def encode_chat(self, messages: Sequence[dict[str, Any]], enable_thinking: bool = True) -> list[int]:
+        return self.encode(self.render_chat(messages, enable_thinking=enable_thinking))

@@ -35,7 +35,10 @@ err = Console(stderr=True)
 
 @app.command()
 def convert_command(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="Checkpoint directory, or a Hugging Face repo id (owner/name).")],
+    model: Annotated[
+        str,
+        typer.Argument(metavar="MODEL", help="Checkpoint directory, or a Hugging Face repo id (owner/name)."),
+    ],
     outfile: Annotated[
         Path | None,
         typer.Option("--outfile", "-o", help="Output GGUF path (default: ./<model>-<OUTTYPE>.gguf)."),
@@ -61,16 +64,23 @@ def convert_command(
         ),
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the tensor plan (name, shape, type, source); write nothing.")
+        bool,
+        typer.Option("--dry-run", help="Print the tensor plan (name, shape, type, source); write nothing."),
     ] = False,
     split_max_size: Annotated[
         str | None,
-        typer.Option(help="Split into shards of at most this size (e.g. 500M, 50G): NAME-00001-of-0000N.gguf."),
+        typer.Option(
+            help="Split into shards of at most this size (e.g. 500M, 50G): NAME-00001-of-0000N.gguf."
+        ),
     ] = None,
     threads: Annotated[int, typer.Option(min=0, help="Worker threads (0: all cores).")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output file.")] = False,
-    name: Annotated[str | None, typer.Option(help="general.name (default: the checkpoint directory name).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the plan or the result as JSON on stdout.")] = False,
+    name: Annotated[
+        str | None, typer.Option(help="general.name (default: the checkpoint directory name).")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the plan or the result as JSON on stdout.")
+    ] = False,
 ) -> None:
     """Convert a Clover checkpoint to GGUF (arch clover-moe), keeping every block-diffusion tensor."""
     logging.getLogger("gguf").setLevel(logging.ERROR)
@@ -153,19 +163,25 @@ def _print_result(result: Result, as_json: bool) -> None:
     plan = result.plan
     rate = plan.source_bytes / result.seconds / 1e9 if result.seconds else 0.0
     if as_json:
-        print(json.dumps({
-            "files": [str(p) for p in result.shards],
-            "bytes": plan.nbytes,
-            "source_bytes": plan.source_bytes,
-            "seconds": round(result.seconds, 3),
-            "dropped": plan.dropped,
-        }))
+        print(
+            json.dumps(
+                {
+                    "files": [str(p) for p in result.shards],
+                    "bytes": plan.nbytes,
+                    "source_bytes": plan.source_bytes,
+                    "seconds": round(result.seconds, 3),
+                    "dropped": plan.dropped,
+                }
+            )
+        )
         return
     for name in plan.dropped:
         typer.echo(f"not converted: {name}", err=True)
     files = ", ".join(str(p) for p in result.shards)
-    print(f"wrote {files}: {len(plan.tensors)} tensors, {_size(plan.nbytes)} in {result.seconds:.1f} s "
-          f"({rate:.2f} GB/s of input)")
+    print(
+        f"wrote {files}: {len(plan.tensors)} tensors, {_size(plan.nbytes)} in {result.seconds:.1f} s "
+        f"({rate:.2f} GB/s of input)"
+    )
 
 
 def _size(n: int) -> str:

@@ -85,7 +85,9 @@ class Encoder:
             _release(p)
         yield out
 
-    def _encode_rows(self, qtype: GGMLQuantizationType, out: np.ndarray, p: Piece, r0: int, r1: int, at: int) -> None:
+    def _encode_rows(
+        self, qtype: GGMLQuantizationType, out: np.ndarray, p: Piece, r0: int, r1: int, at: int
+    ) -> None:
         src = p.data[r0:r1]
         dst = out[at : at + nbytes(qtype, src.shape)]
         if qtype == Q.BF16:

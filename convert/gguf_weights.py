@@ -42,11 +42,16 @@ class GGUFWeights:
         self.tensors: dict[str, ReaderTensor] = {t.name: t for r in self.readers for t in r.tensors}
         diffusion = gn.blk(_first_gdn_layer(cfg), gn.SSM_CONV1D_RIGHT) in self.tensors
         self.specs = {s.source: s for s in tensor_specs(cfg, diffusion) if isinstance(s, TensorSpec)}
-        self.experts = {(s.layer, s.part): s for s in tensor_specs(cfg, diffusion) if isinstance(s, ExpertSpec)}
+        self.experts = {
+            (s.layer, s.part): s for s in tensor_specs(cfg, diffusion) if isinstance(s, ExpertSpec)
+        }
 
     def names(self) -> list[str]:
-        fused = [f"layers.{i}.mlp.experts.{p}" for i in range(self.cfg.num_hidden_layers)
-                 for p in ("gate_up_proj", "down_proj")]
+        fused = [
+            f"layers.{i}.mlp.experts.{p}"
+            for i in range(self.cfg.num_hidden_layers)
+            for p in ("gate_up_proj", "down_proj")
+        ]
         return list(self.specs) + fused
 
     def dequantized(self, gguf_name: str) -> np.ndarray:

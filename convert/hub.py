@@ -51,6 +51,8 @@ def _download(repo_id: str) -> Path:
     try:
         return Path(snapshot_download(repo_id, allow_patterns=PATTERNS))
     except RepositoryNotFoundError:
-        raise ConvertError(f"{repo_id}: no such Hugging Face repository (or it is gated: log in first)") from None
+        raise ConvertError(
+            f"{repo_id}: no such Hugging Face repository (or it is gated: log in first)"
+        ) from None
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
         raise ConvertError(f"{repo_id}: download failed ({str(e).splitlines()[0]})") from None

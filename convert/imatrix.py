@@ -59,4 +59,6 @@ class Imatrix:
             )
         rows = sums.reshape(n_mat, ne0)
         seen = counts.reshape(n_mat, 1) > 0
-        return np.ascontiguousarray(np.where(seen, rows / np.maximum(counts.reshape(n_mat, 1), 1), 1.0), dtype=np.float32)
+        return np.ascontiguousarray(
+            np.where(seen, rows / np.maximum(counts.reshape(n_mat, 1), 1), 1.0), dtype=np.float32
+        )

@@ -78,7 +78,9 @@ def _down_exps(out: OutType, layer: int, n_layers: int) -> GGMLQuantizationType:
     return out.main
 
 
-def choose(out: OutType, role: Role, ne0: int, layer: int | None, n_layers: int, tied: bool) -> GGMLQuantizationType:
+def choose(
+    out: OutType, role: Role, ne0: int, layer: int | None, n_layers: int, tied: bool
+) -> GGMLQuantizationType:
     """The ggml type of one tensor whose rows hold `ne0` values."""
     if role is Role.F32:
         return Q.F32

@@ -77,7 +77,9 @@ def prepare(opts: Options) -> Prepared:
         raise ConvertError(str(e)) from None
     path = _output_path(opts, source.path, out)
     w = writer.new_writer(path, plan, opts.split_max_size)
-    general = General(name=opts.name or source.path.name, license=_license(source.path), source_url=source.url)
+    general = General(
+        name=opts.name or source.path.name, license=_license(source.path), source_url=source.url
+    )
     add_general(w, general, out)
     add_model_keys(w, ckpt.config)
     if plan.diffusion:
@@ -88,7 +90,9 @@ def prepare(opts: Options) -> Prepared:
     return Prepared(ckpt, out, plan, w, path, shards)
 
 
-def convert(prep: Prepared, threads: int, report: Callable[[PlannedTensor, int], None] | None = None) -> Result:
+def convert(
+    prep: Prepared, threads: int, report: Callable[[PlannedTensor, int], None] | None = None
+) -> Result:
     """Stream the planned GGUF to disk (tmp files, renamed when complete)."""
     ggml = quantize.load() if prep.out.quantized else _optional_ggml()
     start = time.perf_counter()

@@ -102,7 +102,11 @@ def tensor_specs(cfg: CloverConfig, diffusion: bool) -> list[TensorSpec | Expert
     ]
     for layer in range(cfg.num_hidden_layers):
         for suffix, source, transform, role in _layer_table(cfg, layer, diffusion):
-            specs.append(TensorSpec(gn.blk(layer, suffix), f"layers.{layer}.{source}", TRANSFORMS[transform], role, layer))
+            specs.append(
+                TensorSpec(
+                    gn.blk(layer, suffix), f"layers.{layer}.{source}", TRANSFORMS[transform], role, layer
+                )
+            )
         specs += [
             ExpertSpec(gn.blk(layer, gn.FFN_GATE_EXPS), layer, "gate", Role.EXPERTS),
             ExpertSpec(gn.blk(layer, gn.FFN_UP_EXPS), layer, "up", Role.EXPERTS),
@@ -166,7 +170,9 @@ def validate(ckpt: Checkpoint, ar_only: bool) -> tuple[bool, list[str]]:
     for name, want in expected.items():
         got = ckpt.entries[name].shape
         if got != tuple(want) and not (_is_conv_right(name) and got == (want[0], 1, want[1])):
-            raise ConvertError(f"tensor {ckpt.entries[name].key} has shape {list(got)}, config.json implies {list(want)}")
+            raise ConvertError(
+                f"tensor {ckpt.entries[name].key} has shape {list(got)}, config.json implies {list(want)}"
+            )
     if ar_only:
         dropped += sorted(n for n in present if _is_diffusion(n))
     return diffusion, dropped

@@ -54,7 +54,13 @@ class Ggml:
         # size_t ggml_quantize_chunk(enum ggml_type type, const float * src, void * dst,
         #                            int64_t start, int64_t nrows, int64_t n_per_row, const float * imatrix);
         lib.ggml_quantize_chunk.argtypes = [
-            ctypes.c_int, _f32p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, _f32p,
+            ctypes.c_int,
+            _f32p,
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            _f32p,
         ]
         lib.ggml_quantize_chunk.restype = ctypes.c_size_t
         # void ggml_bf16_to_fp32_row(const ggml_bf16_t * x, float * y, int64_t n);

@@ -49,7 +49,9 @@ def load_vocab(path: Path, cfg: CloverConfig, raw_config: dict[str, Any]) -> Voc
     tok_cfg = _json(path / "tokenizer_config.json", required=False)
     model = tok.get("model") or {}
     if model.get("type") != "BPE":
-        raise ConvertError(f"tokenizer.json: model type {model.get('type')!r}, expected BPE (Qwen byte-level)")
+        raise ConvertError(
+            f"tokenizer.json: model type {model.get('type')!r}, expected BPE (Qwen byte-level)"
+        )
     n = cfg.vocab_size
     tokens: list[str | None] = [None] * n
     types = [int(TokenType.UNUSED)] * n
@@ -126,7 +128,9 @@ def _chat_template(path: Path, tok_cfg: dict[str, Any]) -> str | None:
 def _json(path: Path, required: bool) -> dict[str, Any]:
     if not path.is_file():
         if required:
-            raise ConvertError(f"{path.parent}: no {path.name} (the converter needs the Qwen tokenizer files)")
+            raise ConvertError(
+                f"{path.parent}: no {path.name} (the converter needs the Qwen tokenizer files)"
+            )
         return {}
     try:
         return json.loads(path.read_text(encoding="utf-8"))

@@ -63,7 +63,9 @@ def estimated_size(w: GGUFWriter, plan: Plan) -> int:
     return data + infos + kv + align * len(w.tensors)
 
 
-def write(w: GGUFWriter, path: Path, plan: Plan, encoder: Encoder, report: Report | None = None) -> list[Path]:
+def write(
+    w: GGUFWriter, path: Path, plan: Plan, encoder: Encoder, report: Report | None = None
+) -> list[Path]:
     """Write all shards of `plan` (metadata already added to `w`) and return their paths."""
     final = shard_paths(w, path)
     tmps = [tmp_path(p) for p in final]
@@ -81,12 +83,12 @@ def write(w: GGUFWriter, path: Path, plan: Plan, encoder: Encoder, report: Repor
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
         assert w.fout is not None
-        for fout, infos in zip(w.fout, w.tensors):
+        for fout, infos in zip(w.fout, w.tensors, strict=True):
             w.write_padding(fout, fout.tell())
             for name in infos:
                 _write_tensor(w, fout, by_name[name], encoder, report)
         w.close()
-        for tmp, dst in zip(tmps, final):
+        for tmp, dst in zip(tmps, final, strict=True):
             os.replace(tmp, dst)
     except BaseException:
         w.close()
@@ -96,7 +98,9 @@ def write(w: GGUFWriter, path: Path, plan: Plan, encoder: Encoder, report: Repor
     return final
 
 
-def _write_tensor(w: GGUFWriter, fout: Any, t: PlannedTensor, encoder: Encoder, report: Report | None) -> None:
+def _write_tensor(
+    w: GGUFWriter, fout: Any, t: PlannedTensor, encoder: Encoder, report: Report | None
+) -> None:
     written = 0
     for buf in encoder.encode(t.qtype, t.pieces()):
         fout.write(memoryview(buf))

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType, GGUFReader, TokenType
-
 from clover_convert.gguf_weights import GGUFWeights
 from clover_convert.pipeline import Options, convert, prepare
 from clover_convert.plan import ExpertSpec, tensor_specs
 from clover_convert.transforms import gate_up_split
+from gguf import GGMLQuantizationType, GGUFReader, TokenType
+
 from clover_local import gguf_names as gn
 from clover_local.checkpoint import Checkpoint
 
@@ -101,7 +101,14 @@ def test_quantized_outtypes_within_bounds(tiny_checkpoint: Path, tmp_path: Path,
     ckpt = Checkpoint(tiny_checkpoint)
     path = make(tiny_checkpoint, tmp_path / "m.gguf", outtype)
     weights = GGUFWeights(path, ckpt.model)
-    kept_f32 = (gn.SSM_A, gn.SSM_DT_BIAS, gn.SSM_CONV1D, gn.FFN_GATE_INP, *gn.DIFFUSION_TENSORS, "norm.weight")
+    kept_f32 = (
+        gn.SSM_A,
+        gn.SSM_DT_BIAS,
+        gn.SSM_CONV1D,
+        gn.FFN_GATE_INP,
+        *gn.DIFFUSION_TENSORS,
+        "norm.weight",
+    )
     for spec in tensor_specs(ckpt.model, diffusion=True):
         t = weights.tensors[spec.gguf]
         if spec.gguf.endswith(kept_f32):
@@ -109,8 +116,10 @@ def test_quantized_outtypes_within_bounds(tiny_checkpoint: Path, tmp_path: Path,
         want = source_of(ckpt, spec)
         err = np.abs(weights.dequantized(spec.gguf) - want).max() / np.abs(want).max()
         assert err <= BOUND[t.tensor_type], (spec.gguf, t.tensor_type.name, err)
-    assert field(GGUFReader(path), "general.file_type") == {"q8_0": 7, "q6_k": 18, "q5_k_m": 17, "q4_k_m": 15,
-                                                           "q4_k_s": 14, "q3_k_m": 12}[outtype]
+    assert (
+        field(GGUFReader(path), "general.file_type")
+        == {"q8_0": 7, "q6_k": 18, "q5_k_m": 17, "q4_k_m": 15, "q4_k_s": 14, "q3_k_m": 12}[outtype]
+    )
 
 
 def test_f16_outtype(tiny_checkpoint: Path, tmp_path: Path) -> None:
@@ -128,9 +137,10 @@ def test_reference_logits_from_f32_gguf_equal_safetensors(tiny_checkpoint: Path,
     from_ckpt = model_mod.ReferenceModel(ckpt, ckpt.model)
     from_gguf = model_mod.ReferenceModel(GGUFWeights(tiny_f32, ckpt.model), ckpt.model)
     prompt, block = [5, 17, 42, 99, 7, 3], [ckpt.model.mask_token_id] * 4 + [11, 12]
-    states = [m.new_state() for m in (from_ckpt, from_gguf)]
-    commits = [m.commit(prompt, s) for m, s in zip((from_ckpt, from_gguf), states)]
-    previews = [m.preview(block, s) for m, s in zip((from_ckpt, from_gguf), states)]  # diffusion tensors
+    models = (from_ckpt, from_gguf)
+    states = [m.new_state() for m in models]
+    commits = [m.commit(prompt, s) for m, s in zip(models, states, strict=True)]
+    previews = [m.preview(block, s) for m, s in zip(models, states, strict=True)]  # diffusion tensors
     assert np.abs(commits[0] - commits[1]).max() <= 1e-5
     assert np.abs(previews[0] - previews[1]).max() <= 1e-5
 
@@ -184,7 +194,9 @@ def test_cli_writes_and_dry_run_writes_nothing(tiny_checkpoint: Path, tmp_path: 
     res = run_cli(tiny_checkpoint, "-o", out, "--outtype", "q4_k_m")
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith(f"wrote {out}") and list(tmp_path.iterdir()) == [out]
-    assert len(GGUFReader(out).tensors) == len(tensor_specs(Checkpoint(tiny_checkpoint).model, diffusion=True))
+    assert len(GGUFReader(out).tensors) == len(
+        tensor_specs(Checkpoint(tiny_checkpoint).model, diffusion=True)
+    )
     assert "--split-max-size" in run_cli("--help").stdout
 
 

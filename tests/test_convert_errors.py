@@ -10,10 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from clover_convert import writer
 from clover_convert.cli import app
+from typer.testing import CliRunner
 
 Edit = Callable[[Path], None]
 
@@ -67,8 +66,10 @@ def drop_tensor(ckpt: Path) -> None:
 def alias_tensor(ckpt: Path, alias: str, into: Path | None = None) -> None:
     """Add `alias` to a shard (the last one unless `into`), pointing at an existing tensor's bytes."""
     shard = into or shards(ckpt)[-1]
+
     def add(h: dict) -> None:
         h[alias] = next(v for k, v in h.items() if k != "__metadata__")
+
     edit_header(shard, add)
     edit_index(ckpt, lambda m: m.setdefault(alias, shard.name))
 
@@ -100,7 +101,8 @@ CASES: dict[str, tuple[Edit, str]] = {
     ),
     "shape vs config": (
         lambda c: edit_config(c, moe_intermediate_size=48),
-        "tensor model.layers.0.mlp.experts.gate_up_proj has shape [8, 64, 64], config.json implies [8, 96, 64]",
+        "tensor model.layers.0.mlp.experts.gate_up_proj has shape [8, 64, 64], "
+        "config.json implies [8, 96, 64]",
     ),
     "truncated shard": (truncate_shard, "truncated shard"),
     "corrupt shard": (corrupt_shard, "corrupt safetensors header"),
@@ -142,9 +144,15 @@ def test_bad_options(tiny_checkpoint: Path, tmp_path: Path, out_dir: Path) -> No
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     res = run_cli(tiny_checkpoint, "-o", blocker / "m.gguf")
-    assert res.returncode == 1 and f"cannot write {blocker / 'm.gguf'}: {blocker} is not a directory" in res.stderr
-    assert_refused(run_cli(tiny_checkpoint, "-o", target, "--imatrix", tmp_path / "none.gguf", "-t", "q4_k_m"),
-                   "--imatrix", out_dir)
+    assert (
+        res.returncode == 1
+        and f"cannot write {blocker / 'm.gguf'}: {blocker} is not a directory" in res.stderr
+    )
+    assert_refused(
+        run_cli(tiny_checkpoint, "-o", target, "--imatrix", tmp_path / "none.gguf", "-t", "q4_k_m"),
+        "--imatrix",
+        out_dir,
+    )
     target.write_bytes(b"old")
     res = run_cli(tiny_checkpoint, "-o", target)
     assert res.returncode == 1 and "exists (pass --force to overwrite)" in res.stderr
@@ -159,11 +167,14 @@ def test_no_disk_space(tiny_checkpoint: Path, out_dir: Path, monkeypatch: pytest
     assert list(out_dir.iterdir()) == []
 
 
-def test_failure_while_writing_leaves_nothing(tiny_checkpoint: Path, out_dir: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failure_while_writing_leaves_nothing(
+    tiny_checkpoint: Path, out_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A disk that fills up mid-write: the error is reported and the partial .tmp removed."""
+
     def full(*args: object) -> None:
         raise OSError(28, "No space left on device", str(out_dir / "m.gguf.tmp"))
+
     monkeypatch.setattr(writer, "_write_tensor", full)
     res = CliRunner().invoke(app, [str(tiny_checkpoint), "-o", str(out_dir / "m.gguf")])
     assert res.exit_code == 1 and "No space left on device" in res.output

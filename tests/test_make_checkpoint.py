@@ -91,6 +91,17 @@ def test_value_ranges(tiny_checkpoint: Path) -> None:
     assert abs(ckpt.get(la + "norm.weight").mean() - 1) < 0.1
     assert abs(ckpt.get("layers.0.input_layernorm.weight").mean()) < 0.05
     assert np.all(ckpt.get(la + "bd_softmax_logit_scale") >= 1)
+    q_norm = ckpt.get("layers.3.self_attn.q_norm.weight")  # rotary dims favoured
+    assert np.all(q_norm[: ckpt.model.rotary_dim] > 1) and np.all(
+        np.abs(q_norm[ckpt.model.rotary_dim :]) < 0.5
+    )
+    emb = ckpt.get("embed_tokens.weight")
+    rms = np.sqrt((emb**2).mean(1))
+    assert (
+        rms[ckpt.model.mask_token_id]
+        < 0.2
+        < rms.min(where=np.arange(len(rms)) != ckpt.model.mask_token_id, initial=9)
+    )
     for name in ckpt.names():
         assert np.all(np.isfinite(ckpt.get(name))), name
 
@@ -223,6 +234,8 @@ def test_full_width_plan_streams_in_bounded_chunks() -> None:
     assert tensors["model.layers.0.linear_attn.in_proj_qkv.weight"] == (8192, 2048)
     assert tensors["model.layers.3.self_attn.q_proj.weight"] == (8192, 2048)
     assert tensors["lm_head.weight"] == (248320, 2048)
-    chunks = mc.WeightSource(p, seed=0)("model.layers.0.mlp.experts.gate_up_proj", (256, 1024, 2048))
+    chunks = mc.WeightSource(p, seed=0, mask_token_id=0)(
+        "model.layers.0.mlp.experts.gate_up_proj", (256, 1024, 2048)
+    )
     first = next(iter(chunks))
     assert first.dtype == np.uint16 and first.size == mc.CHUNK

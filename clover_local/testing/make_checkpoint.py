@@ -8,8 +8,9 @@ Weights are random but deterministic and numerically tame: each tensor draws fro
 generator seeded by (seed, canonical name), so the layout variants of a preset (prefix, expert
 layout, layer count) hold identical values for the tensors they share, and projections are scaled
 by 1/sqrt(fan_in) (residual writers by a further gain < 1) so 40-layer runs keep O(1) activations.
-The output head is scaled so that next-token distributions are peaked: a greedy block-diffusion
-pass at threshold 0.9 fills several positions at once.
+The output head is scaled so that next-token distributions are peaked, and masked rows are made
+to depend on context and position (small mask embedding, q/k norms favouring the rotary dims):
+greedy block-diffusion passes at threshold 0.9 fill anywhere from one to many positions.
 
 CLI: `python -m clover_local.testing.make_checkpoint OUT_DIR --preset tiny [--seed N] [--layers N]`.
 """
@@ -73,6 +74,12 @@ class Preset:
     head_gain: float = 8.0  # logit std: 8 over ~500 tokens -> ~30% of rows have p_max >= 0.9
     residual_gain: float = 0.5  # std of residual-writing projections' outputs
     router_gain: float = 2.0  # router logit std: peaked enough that coresets shrink
+    # A random model sees a block of identical mask rows and would predict one token for all of
+    # them in one pass. A small mask embedding lets context drive masked rows, and q/k norm
+    # weights that favour the rotary dims make attention position-dependent, so passes fill
+    # varying numbers of positions, as a trained model's do.
+    mask_embed_scale: float = 0.1
+    rope_qk_gain: float = 2.0  # q_norm/k_norm zero-centred weight added on the rotary dims
 
 
 PRESETS: dict[str, Preset] = {
@@ -193,19 +200,28 @@ def _bf16(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.ascontiguousarray(x, dtype=np.float32).view(np.uint16)[1::2])
 
 
-def _normal_chunks(rng: np.random.Generator, n: int, mean: float, std: float) -> Iterator[np.ndarray]:
+def _normal_chunks(
+    rng: np.random.Generator, n: int, mean: float, std: float
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(offset, float32 values) chunks; the buffer is reused, so consume each before the next."""
     buf = np.empty(min(n, CHUNK), dtype=np.float32)
+    start = 0
     for size in chunked(n, CHUNK):
         x = buf[:size]
         rng.standard_normal(out=x, dtype=np.float32)
         x *= std
         if mean:
             x += mean
-        yield _bf16(x)
+        yield start, x
+        start += size
 
 
-def _special_values(name: str, n: int, rng: np.random.Generator) -> np.ndarray | None:
-    """The per-head GDN parameters with their own distributions (None for plain normals)."""
+def _special_values(name: str, n: int, rng: np.random.Generator, p: Preset) -> np.ndarray | None:
+    """Small tensors with their own distributions (None for plain normals)."""
+    if name.endswith(("self_attn.q_norm.weight", "self_attn.k_norm.weight")):
+        w = 0.05 * rng.standard_normal(n)
+        w[: int(n * 0.25)] += p.rope_qk_gain  # the first head_dim * partial_rotary_factor rotate
+        return w
     if name.endswith("A_log"):  # decay rates A in [1, 16]
         return np.log(rng.uniform(1.0, 16.0, n))
     if name.endswith("dt_bias"):  # Mamba-style: softplus(dt_bias) log-uniform in [1e-3, 1e-1]
@@ -243,8 +259,8 @@ def normal_params(name: str, shape: tuple[int, ...], p: Preset) -> tuple[float, 
 class WeightSource:
     """Stored name, shape -> BF16 chunks; per-expert tensors are slices of the fused values."""
 
-    def __init__(self, p: Preset, seed: int):
-        self.p, self.seed = p, seed
+    def __init__(self, p: Preset, seed: int, mask_token_id: int):
+        self.p, self.seed, self.mask_token_id = p, seed, mask_token_id
         self._fused: tuple[str, np.ndarray] | None = None
 
     def __call__(self, stored: str, shape: tuple[int, ...]) -> Iterator[np.ndarray]:
@@ -257,11 +273,21 @@ class WeightSource:
 
     def _values(self, name: str, shape: tuple[int, ...]) -> Iterator[np.ndarray]:
         rng, n = _rng(self.seed, name), math.prod(shape)
-        special = _special_values(name, n, rng)
+        special = _special_values(name, n, rng, self.p)
         if special is not None:
             yield _bf16(special)
-        else:
-            yield from _normal_chunks(rng, n, *normal_params(name, shape, self.p))
+            return
+        for start, x in _normal_chunks(rng, n, *normal_params(name, shape, self.p)):
+            if name == "embed_tokens.weight":
+                self._scale_mask_row(x, start, shape[1])
+            yield _bf16(x)
+
+    def _scale_mask_row(self, x: np.ndarray, start: int, width: int) -> None:
+        """Scale the part of the mask token's embedding row that falls in chunk x (at `start`)."""
+        a = max(self.mask_token_id * width - start, 0)
+        b = min((self.mask_token_id + 1) * width - start, x.size)
+        if a < b:
+            x[a:b] *= self.p.mask_embed_scale
 
     def _per_expert(self, layer: int, e: int, proj: str) -> np.ndarray:
         p = self.p
@@ -324,7 +350,7 @@ def _write_all(out: Path, p: Preset, seed: int) -> None:
     tensors = stored_tensors(p, cfg)
     total = sum(math.prod(s) * 2 for _, s in tensors)
     n_shards = max(p.min_shards, math.ceil(total / SHARD_BYTES))
-    write_sharded(out, tensors, n_shards, WeightSource(p, seed))
+    write_sharded(out, tensors, n_shards, WeightSource(p, seed, v.added["<|mask|>"]))
 
 
 def _write_json(path: Path, obj: dict[str, Any]) -> None:

@@ -77,25 +77,36 @@ class CloverTokenizer:
         add_generation_prompt: bool = True,
     ) -> str:
         """The prompt text of a conversation, ready for the assistant's turn."""
-        if not self.chat_template:
-            raise ChatTemplateError(
-                "the checkpoint has no chat template (tokenizer_config.json chat_template)"
-            )
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        return render_chat_template(
+            self.chat_template, messages, enable_thinking, add_generation_prompt, self.special
         )
-        env.filters["tojson"] = _tojson
-        env.globals["raise_exception"] = _raise_exception
-        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-        try:
-            return env.from_string(self.chat_template).render(
-                messages=list(messages),
-                add_generation_prompt=add_generation_prompt,
-                enable_thinking=enable_thinking,
-                **self.special,
-            )
-        except TemplateError as e:
-            raise ChatTemplateError(f"chat template: {e}") from None
 
     def encode_chat(self, messages: Sequence[dict[str, Any]], enable_thinking: bool = True) -> list[int]:
         return self.encode(self.render_chat(messages, enable_thinking=enable_thinking))
+
+
+def render_chat_template(
+    template: str | None,
+    messages: Sequence[dict[str, Any]],
+    enable_thinking: bool = True,
+    add_generation_prompt: bool = True,
+    special: dict[str, Any] | None = None,
+) -> str:
+    """Render a chat template as transformers does; shared by the HF and the GGUF tokenizers."""
+    if not template:
+        raise ChatTemplateError("the model has no chat template (tokenizer_config.json chat_template)")
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    try:
+        return env.from_string(template).render(
+            messages=list(messages),
+            add_generation_prompt=add_generation_prompt,
+            enable_thinking=enable_thinking,
+            **(special or {}),
+        )
+    except TemplateError as e:
+        raise ChatTemplateError(f"chat template: {e}") from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gguf import GGML_QUANT_VERSION, GGUFWriter
+from gguf import GGML_QUANT_VERSION, GGUFWriter, size_label
 
 from clover_local import gguf_names as gn
 from clover_local.config import CONTEXT_LIMIT, CheckpointConfig
@@ -75,12 +75,24 @@ def add_diffusion_keys(w: GGUFWriter, ck: CheckpointConfig) -> None:
         w.add_array(gn.DIFFUSION_EOS_TOKEN_IDS, list(gen.eos_token_ids))
 
 
-def add_general(w: GGUFWriter, general: General, out: OutType) -> None:
+def add_general(w: GGUFWriter, general: General, out: OutType, ck: CheckpointConfig) -> None:
+    """`general.*` as upstream writes it; call after the tensor infos (the size label counts them)."""
     w.add_type("model")
     w.add_name(general.name)
+    w.add_size_label(size_label(*w.get_total_parameter_count()))
     if general.license:
         w.add_license(general.license)
     if general.source_url:
         w.add_source_url(general.source_url)
     w.add_quantization_version(GGML_QUANT_VERSION)
     w.add_file_type(out.file_type)
+    gen = {**ck.generation.extra, "repetition_penalty": ck.generation.repetition_penalty}
+    for key, add in (
+        ("top_k", w.add_sampling_top_k),
+        ("top_p", w.add_sampling_top_p),
+        ("min_p", w.add_sampling_min_p),
+        ("temperature", w.add_sampling_temp),
+        ("repetition_penalty", w.add_sampling_penalty_repeat),
+    ):
+        if gen.get(key) is not None:
+            add(gen[key])

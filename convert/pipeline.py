@@ -80,7 +80,7 @@ def prepare(opts: Options) -> Prepared:
     general = General(
         name=opts.name or source.path.name, license=_license(source.path), source_url=source.url
     )
-    add_general(w, general, out)
+    add_general(w, general, out, ckpt.config)
     add_model_keys(w, ckpt.config)
     if plan.diffusion:
         add_diffusion_keys(w, ckpt.config)

@@ -34,6 +34,7 @@ class Vocab:
     pad_id: int | None
     bos_id: int | None
     add_bos: bool
+    add_eos: bool
     chat_template: str | None
     mask_id: int
 
@@ -84,6 +85,7 @@ def load_vocab(path: Path, cfg: CloverConfig, raw_config: dict[str, Any]) -> Voc
         pad_id=_special_id(by_text, PAD_TOKEN, tok_cfg.get("pad_token")),
         bos_id=None if bos is None else int(bos),
         add_bos=bool(tok_cfg.get("add_bos_token", False)),
+        add_eos=bool(tok_cfg.get("add_eos_token", False)),
         chat_template=_chat_template(path, tok_cfg),
         mask_id=mask,
     )
@@ -101,6 +103,7 @@ def add_vocab(w: GGUFWriter, v: Vocab) -> None:
     if v.bos_id is not None:
         w.add_bos_token_id(v.bos_id)
     w.add_add_bos_token(v.add_bos)
+    w.add_add_eos_token(v.add_eos)
     w.add_uint32(gn.MASK_TOKEN_ID, v.mask_id)
     if v.chat_template:
         w.add_chat_template(v.chat_template)

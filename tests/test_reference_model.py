@@ -111,14 +111,12 @@ def test_coreset_half_keeps_a_strict_subset_and_routes_only_to_it(tiny_checkpoin
     rec_off: dict[str, np.ndarray] = {}
     logits_half = half.preview(block, st, record=rec_half)
     logits_off = off.preview(block, st, record=rec_off)
-    shrunk = 0
+    # Layer 0's MoE input is the same in both runs, so its kept set must come from the
+    # unrestricted candidates; later layers see hidden states the coreset already changed.
+    assert set(np.flatnonzero(rec_half["ffn_moe_coreset-0"])) < set(np.unique(rec_off["ffn_moe_topk-0"]))
     for layer in range(half.cfg.num_hidden_layers):
         kept = rec_half[f"ffn_moe_coreset-{layer}"]
-        candidates = np.unique(rec_off[f"ffn_moe_topk-{layer}"])
-        assert set(np.flatnonzero(kept)) <= set(candidates)
         assert set(np.unique(rec_half[f"ffn_moe_topk-{layer}"])) <= set(np.flatnonzero(kept))
-        shrunk += kept.sum() < len(candidates)
-    assert shrunk > 0
     assert not np.array_equal(logits_half, logits_off)
 
 

@@ -1,21 +1,38 @@
-"""The `clover` command line: convert, info, verify (and the runtime commands as they land).
+"""The `clover` command line: chat, generate, bench, convert, info (verify lands with the patched runtime).
 
 Every command reports bad input as one `error:` line with a hint on stderr and a non-zero exit
-(1 for bad input, 2 for usage); `--debug` shows the traceback instead.
+(1 for bad input, 2 for usage, 130 after Ctrl-C); `--debug` shows the traceback instead.
+MODEL is a GGUF path or a Hugging Face GGUF (`owner/name:Q4_K_M`); with `--backend reference` a
+checkpoint directory, run on the numpy reference (slow and exact: for checking a conversion).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from clover_convert.cli import convert_command
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 
+from . import model_source
+from .api import MODES, Clover
+from .bench import run_bench
+from .chat import ChatSession, drain
+from .config import ConfigError
+from .llama.engine import EngineError
 from .model_info import ModelFileError, read_info
+from .tokenizer import ChatTemplateError
+from .visual import BlockView
 
 app = typer.Typer(
     add_completion=False,
@@ -76,4 +93,294 @@ def info(
         t.add_row("block diffusion", "yes: " + ", ".join(f"{k}={v}" for k, v in meta.diffusion.items()))
     else:
         t.add_row("block diffusion", "[yellow]no[/yellow] (left-to-right only: --ar-only or upstream file)")
+    out.print(t)
+
+
+# verify: `clover verify` (GGUF vs numpy reference, clover_local/verify.py) is registered here.
+
+
+class BackendName(str, Enum):
+    llama = "llama"
+    reference = "reference"
+
+
+class ModeName(str, Enum):
+    diffusion = "diffusion"
+    ar = "ar"
+    speculative = "speculative"
+
+
+assert tuple(m.value for m in ModeName) == MODES
+
+
+def _option(name: str, kind: type, default: Any, *decls: str, help: str) -> inspect.Parameter:
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=default,
+        annotation=Annotated[kind, typer.Option(*decls, help=help)],
+    )
+
+
+ModelArg = Annotated[
+    str, typer.Argument(metavar="MODEL", help="A .gguf file, or a Hugging Face GGUF: owner/name:Q4_K_M.")
+]
+
+# Loading options: the keyword arguments of `load_model`.
+MODEL_OPTIONS = [
+    _option(
+        "file", str | None, None, "--file", help="Which GGUF of a Hugging Face repository (name or glob)."
+    ),
+    _option(
+        "backend",
+        BackendName,
+        BackendName.llama,
+        help="llama: the GGUF on llama.cpp; reference: a checkpoint directory on the numpy reference.",
+    ),
+    _option(
+        "mode",
+        ModeName,
+        ModeName.diffusion,
+        help="diffusion (blocks), ar (a token per pass), speculative (previews draft, causal passes check).",
+    ),
+    _option("n_ctx", int, 8192, "--n-ctx", "-c", help="Context size in tokens; 0: the model's 131072."),
+    _option(
+        "n_gpu_layers",
+        int,
+        -1,
+        "--n-gpu-layers",
+        "-ngl",
+        help="Layers on the GPU (-1: all; no GPU: ignored).",
+    ),
+    _option("threads", int | None, None, "--threads", "-t", help="CPU threads (default: llama.cpp's)."),
+    _option("verbose", bool, False, "--verbose", help="Show llama.cpp's log."),
+]
+
+# Decoding options: keyword arguments of `create_*_completion` (None: the model's default).
+DECODING_OPTIONS = [
+    _option(
+        "max_tokens", int | None, None, "--max-tokens", "-n", help="Response budget (default: the model's)."
+    ),
+    _option("block_size", int | None, None, help="Tokens per block (default: the model's)."),
+    _option("threshold", float | None, None, help="Fill threshold of a preview (default: the model's)."),
+    _option("coreset", bool | None, None, "--coreset/--no-coreset", help="Block expert coreset in previews."),
+    _option("coreset_top_p", float | None, None, help="Coreset router mass (default: the model's)."),
+    _option("presence_penalty", float | None, None, help="Presence penalty on response tokens."),
+    _option("frequency_penalty", float | None, None, help="Frequency penalty on response tokens."),
+    _option("repeat_penalty", float | None, None, help="Repetition penalty on response tokens (1: off)."),
+    _option("stop_ramp_start", float | None, None, help="Stop ramp start, as a fraction of the budget."),
+    _option("stop_ramp_max", float | None, None, help="Stop ramp logit bias at the budget."),
+    _option("think_ramp_start", float | None, None, help="</think> ramp start, as a fraction of the budget."),
+    _option("think_ramp_max", float | None, None, help="</think> ramp logit bias at the budget."),
+    _option("stop", list[str] | None, None, "--stop", help="Stop string (repeatable)."),
+    _option(
+        "temperature", float | None, None, help="Sampling temperature (ar and speculative modes); 0: greedy."
+    ),
+    _option("seed", int | None, None, help="Sampling seed."),
+]
+
+
+def with_options(*groups: list[inspect.Parameter]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the shared option groups; they reach it as one dict per group (`options`).
+
+    Typer reads a command's signature, so the wrapper's signature is the command's own
+    parameters followed by the groups' options: declared once, listed in every `--help`.
+    """
+
+    def wrap(command: Callable[..., None]) -> Callable[..., None]:
+        own = inspect.signature(command, eval_str=True).parameters.values()
+        names = [[p.name for p in group] for group in groups]
+
+        @functools.wraps(command)
+        def run(**kw: Any) -> None:
+            options = [{n: kw.pop(n) for n in group} for group in names]
+            command(**kw, options=options)
+
+        run.__signature__ = inspect.Signature([p for p in own if p.name != "options"] + [*sum(groups, [])])
+        return run
+
+    return wrap
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn the errors a user can fix into one `error:` line (tracebacks only under --debug)."""
+    try:
+        yield
+    except (ModelFileError, ConfigError, ChatTemplateError, ValueError, FileNotFoundError) as e:
+        fail(str(e))
+    except EngineError as e:
+        hint = " (out of memory? lower --n-ctx or --n-gpu-layers, or use a smaller quant)"
+        fail(str(e) + (hint if str(e).startswith("could not") else ""))
+    except MemoryError:
+        fail("out of memory: lower --n-ctx or --n-gpu-layers, or use a smaller quantization")
+    except KeyboardInterrupt:
+        err.print("interrupted", style="yellow")
+        raise typer.Exit(130) from None
+
+
+def load_model(
+    model: str,
+    file: str | None,
+    backend: BackendName,
+    mode: ModeName,
+    n_ctx: int,
+    n_gpu_layers: int,
+    threads: int | None,
+    verbose: bool,
+) -> Clover:
+    """Resolve MODEL (downloading a Hub GGUF) and load it on the chosen backend."""
+    path = model_source.resolve(model, file)
+    if backend is BackendName.reference:
+        if not path.is_dir():
+            raise ModelFileError(
+                f"{path}: --backend reference runs a checkpoint directory (config.json + safetensors); "
+                "a GGUF runs on the default backend"
+            )
+        return Clover.from_checkpoint(path, n_ctx=n_ctx, mode=mode.value)
+    if path.is_dir():
+        raise ModelFileError(
+            f"{path}: is a checkpoint directory; convert it (clover convert) or run it on the numpy "
+            "reference with --backend reference"
+        )
+    return Clover(
+        path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=threads, verbose=verbose, mode=mode.value
+    )
+
+
+def _request(decoding: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in decoding.items() if v not in (None, [])}
+
+
+SystemOpt = Annotated[str | None, typer.Option("--system", "-s", help="System prompt.")]
+ThinkOpt = Annotated[bool, typer.Option("--think/--no-think", help="Thinking mode of the chat template.")]
+VisualOpt = Annotated[bool, typer.Option("--visual", help="Show each block being denoised in place.")]
+
+
+@app.command()
+@with_options(MODEL_OPTIONS, DECODING_OPTIONS)
+def chat(
+    model: ModelArg,
+    system: SystemOpt = None,
+    think: ThinkOpt = True,
+    visual: VisualOpt = False,
+    *,
+    options: list[dict[str, Any]],
+) -> None:
+    """Talk to the model: multi-turn, streamed as blocks resolve; /help lists the commands."""
+    loading, decoding = options
+    with user_errors():
+        clover = load_model(model, **loading)
+    with clover, user_errors():
+        ChatSession(clover, out, system=system, thinking=think, visual=visual, **_request(decoding)).run()
+
+
+@app.command()
+@with_options(MODEL_OPTIONS, DECODING_OPTIONS)
+def generate(
+    model: ModelArg,
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.")] = None,
+    prompt_file: Annotated[
+        Path | None, typer.Option("--file-prompt", "-f", help="Read the prompt from a file ('-': stdin).")
+    ] = None,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="Send the prompt as is, without the chat template.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object: text, usage and decoding statistics.")
+    ] = False,
+    system: SystemOpt = None,
+    think: ThinkOpt = True,
+    visual: VisualOpt = False,
+    *,
+    options: list[dict[str, Any]],
+) -> None:
+    """Answer one prompt non-interactively: the answer on stdout, reasoning (dimmed) on stderr."""
+    if (prompt is None) == (prompt_file is None):
+        fail("give the prompt with either -p TEXT or -f FILE", code=2)
+    loading, decoding = options
+    with user_errors():
+        text = prompt if prompt is not None else _read_prompt(prompt_file)
+        clover = load_model(model, **loading)
+    opts = _request(decoding)
+    with clover, user_errors():
+        view = BlockView(clover._text, clover.mask_token_id, reasoning=think and not raw)
+        show = visual and not as_json
+        if show:
+            opts["on_event"] = view.update
+        if raw:
+            stream = clover.create_completion(text, stream=True, **opts)
+        else:
+            messages = [{"role": "system", "content": system}] if system else []
+            messages.append({"role": "user", "content": text})
+            stream = clover.create_chat_completion(messages, stream=True, thinking=think, **opts)
+        with Live(view, console=err, refresh_per_second=20, transient=True) if show else nullcontext():
+            fields, final = drain(stream, None if as_json or show else _echo)
+    if as_json:
+        reply = {**fields, "finish_reason": final["choices"][0]["finish_reason"]}
+        print(json.dumps({**reply, "usage": final["usage"], "clover": final["clover"]}, indent=2))
+        return
+    if show:
+        for name, delta in fields.items():
+            _echo(name, delta)
+    print(flush=True)
+
+
+def _read_prompt(path: Path | None) -> str:
+    if path is None or str(path) == "-":
+        return sys.stdin.read()
+    if not path.is_file():
+        raise ModelFileError(f"{path}: prompt file not found")
+    return path.read_text(encoding="utf-8")
+
+
+def _echo(name: str, delta: str) -> None:
+    """The answer to stdout, the reasoning dimmed to stderr (so `> file` keeps only the answer)."""
+    if name == "content":
+        sys.stdout.write(delta)
+        sys.stdout.flush()
+    elif delta:
+        err.print(delta, end="", style="dim", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+@with_options(MODEL_OPTIONS)
+def bench(
+    model: ModelArg,
+    prompt_tokens: Annotated[int, typer.Option(help="Prompt length for prompt processing.")] = 512,
+    gen_tokens: Annotated[int, typer.Option(help="Tokens generated for tokens/pass and speed.")] = 128,
+    repeats: Annotated[int, typer.Option(help="Runs per timing (the median is reported).")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    *,
+    options: list[dict[str, Any]],
+) -> None:
+    """Time prompt processing, the preview pass, the commit pass and the AR step on one model."""
+    (loading,) = options
+    with user_errors():
+        path = model_source.resolve(model, loading.pop("file"))
+        if (
+            loading["backend"] is BackendName.llama
+            and path.is_file()
+            and not read_info(path).has_diffusion_tensors
+        ):
+            loading["mode"] = ModeName.ar  # an --ar-only file: no previews to time
+        clover = load_model(str(path), None, **loading)
+    with clover, user_errors():
+        res = run_bench(clover, prompt_tokens, gen_tokens, repeats)
+    if as_json:
+        print(json.dumps(res, indent=2))
+        return
+    t = Table(title=f"clover bench: {res['model']} ({res['mode']})")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    t.add_row(f"prompt processing ({res['prompt_tokens']} tokens)", f"{res['prompt_tokens_per_s']:.1f} tok/s")
+    t.add_row("prefill", f"{res['prefill_ms']:.1f} ms")
+    if res["preview_ms"] is not None:
+        t.add_row(f"preview pass ({res['block_size']} rows)", f"{res['preview_ms']:.1f} ms")
+    t.add_row(f"commit pass ({res['block_size']} tokens)", f"{res['commit_ms']:.1f} ms")
+    t.add_row("AR step (1 token)", f"{res['ar_step_ms']:.1f} ms = {res['ar_tokens_per_s']:.1f} tok/s")
+    if "generation" in res:
+        g = res["generation"]
+        speed = f"{g['tokens_per_s']:.1f} tok/s ({res['speedup_vs_ar']:.2f}x AR)"
+        t.add_row(f"generation ({g['tokens']} tokens)", f"{g['tokens_per_pass']:.2f} tok/pass, {speed}")
     out.print(t)

@@ -12,7 +12,7 @@ holds the prompt followed by `Result.tokens`, ready for a continuation.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -80,8 +80,24 @@ class Result:
     prefill_seconds: float
     seconds: float
 
+    @property
+    def tokens_per_second(self) -> float:
+        """Generation speed after the prefill: response tokens per second of decoding."""
+        decoding = self.seconds - self.prefill_seconds
+        return len(self.tokens) / decoding if decoding > 0 else 0.0
 
-Event = PassEvent | BlockEvent | Result
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One step of the `ar` loop: the token appended at `position`, its probability and the step's cost."""
+
+    position: int
+    token: int
+    prob: float
+    seconds: float
+
+
+Event = PassEvent | BlockEvent | TokenEvent | Result
 
 
 def aligned_candidates(
@@ -155,9 +171,51 @@ def generate(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> It
     )
 
 
-def complete(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Result:
-    """Run `generate` to the end and return its `Result`."""
-    for event in generate(backend, prompt, s):
+def generate_ar(
+    backend: Backend, prompt: Sequence[int], s: DecodingSettings
+) -> Iterator[TokenEvent | Result]:
+    """The `ar` mode: greedy one-token causal steps; yields a `TokenEvent` per token, then the `Result`.
+
+    The left-to-right baseline and the oracle of `speculative`. Same policy as `generate`: each
+    step's adjustment counts the response so far, a stop token ends the response (included), the
+    budget cuts it, `check_length` applies unchanged; every returned token is committed, so the
+    state then holds the prompt followed by `Result.tokens` (the last commit's pick goes unused).
+    """
+    prompt = list(prompt)
+    policy.check_length(len(prompt), s)
+    start = time.perf_counter()
+    response: list[int] = []
+    token, prob = backend.prefill(prompt, policy.adjustment(s, backend.vocab_size, prompt, response))
+    prefill_seconds = time.perf_counter() - start
+    finish = "length"
+    while len(response) < s.max_new_tokens:
+        t0 = time.perf_counter()
+        response.append(token)
+        following = backend.commit([token], policy.adjustment(s, backend.vocab_size, prompt, response))
+        yield TokenEvent(len(prompt) + len(response) - 1, token, prob, time.perf_counter() - t0)
+        if token in s.stop_token_ids:
+            finish = "stop"
+            break
+        token, prob = following
+    yield Result(
+        tuple(response),
+        finish,
+        len(prompt),
+        (),
+        (1,) * len(response),
+        prefill_seconds,
+        time.perf_counter() - start,
+    )
+
+
+def last_result(events: Iterable[object]) -> Result:
+    """Consume a mode's event stream (`generate`, `generate_ar`, `speculative.generate`); its `Result`."""
+    for event in events:
         if isinstance(event, Result):
             return event
-    raise AssertionError("generate ended without a Result")
+    raise AssertionError("the event stream ended without a Result")
+
+
+def complete(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Result:
+    """Run `generate` to the end and return its `Result`."""
+    return last_result(generate(backend, prompt, s))

@@ -24,10 +24,11 @@ class GgufTokenizer:
         self.vocab = ll.llama_model_get_vocab(model)
         template = ll.llama_model_chat_template(model, None)
         self.chat_template = template.decode("utf-8") if template else None
+        # the template's bos/eos strings, only for ids the file names (llama.cpp has fallbacks)
         self.special = {
-            name: self._text(tid)
-            for name, tid in (("bos_token", ll.llama_vocab_bos(self.vocab)), ("eos_token", self.eos_id))
-            if tid >= 0
+            f"{name}_token": self._text(tid)
+            for name, tid in (("bos", ll.llama_vocab_bos(self.vocab)), ("eos", self.eos_id))
+            if tid >= 0 and _meta(model, f"tokenizer.ggml.{name}_token_id") is not None
         }
 
     @property
@@ -59,14 +60,17 @@ class GgufTokenizer:
         return list(buf[:n])
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """Text of ids; bytes that do not form whole UTF-8 characters become U+FFFD, as in HF."""
+        """Text of ids; bytes that do not form whole UTF-8 characters become U+FFFD, as in HF.
+
+        `skip_special_tokens` drops control tokens (`<|im_end|>`), as HF drops special ones.
+        """
         if not ids:
             return ""
         arr = (ll.llama_token * len(ids))(*ids)
         size = 16 * len(ids) + 64
         for _ in range(2):
             buf = ctypes.create_string_buffer(size)
-            n = ll.llama_detokenize(self.vocab, arr, len(ids), buf, size, skip_special_tokens, True)
+            n = ll.llama_detokenize(self.vocab, arr, len(ids), buf, size, False, not skip_special_tokens)
             if n >= 0:
                 return buf.raw[:n].decode("utf-8", "replace")
             size = -n
@@ -78,7 +82,10 @@ class GgufTokenizer:
         return ids[0] if len(ids) == 1 and self._text(ids[0]) == token else None
 
     def render_chat(
-        self, messages: Sequence[dict[str, Any]], enable_thinking: bool = True, add_generation_prompt: bool = True
+        self,
+        messages: Sequence[dict[str, Any]],
+        enable_thinking: bool = True,
+        add_generation_prompt: bool = True,
     ) -> str:
         return render_chat_template(
             self.chat_template, messages, enable_thinking, add_generation_prompt, self.special
@@ -86,3 +93,10 @@ class GgufTokenizer:
 
     def encode_chat(self, messages: Sequence[dict[str, Any]], enable_thinking: bool = True) -> list[int]:
         return self.encode(self.render_chat(messages, enable_thinking=enable_thinking))
+
+
+def _meta(model: Any, key: str) -> str | None:
+    """A metadata value of the model as text, None when absent."""
+    buf = ctypes.create_string_buffer(64)
+    n = ll.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", "replace") if n >= 0 else None

@@ -9,7 +9,6 @@ positions to fill, when to stop and what to penalise is taken in this module.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -48,6 +47,16 @@ def pick(logits: np.ndarray, adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarr
     top = np.take_along_axis(adjusted, tokens[:, None], axis=-1)
     probs = 1.0 / np.exp(adjusted - top).sum(axis=-1)
     return tokens, probs
+
+
+def distribution(logits: np.ndarray, adj: LogitAdjustment, temperature: float) -> np.ndarray:
+    """Sampling distributions [..., V]: softmax of the adjusted logits / temperature (> 0).
+
+    What a sampled mode draws from; the same adjustment as `pick`, so greedy is its limit at 0.
+    """
+    adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj) / temperature
+    e = np.exp(adjusted - adjusted.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 @dataclass(frozen=True)
@@ -143,23 +152,53 @@ def adjustment(
     to `</think>`'s while thinking, both growing with the response length toward max_new_tokens.
     The mask token is never a candidate (bias -inf): filling a position with it would never end.
     """
-    adj = LogitAdjustment.identity(vocab_size)
-    if 0 <= s.mask_token_id < vocab_size:
-        adj.bias[s.mask_token_id] = -np.inf
-    counts = Counter(response)
-    if counts:
-        seen = np.fromiter(counts.keys(), dtype=np.int64)
-        n = np.fromiter(counts.values(), dtype=np.float32)
-        adj.pos_scale[seen] = 1.0 / s.repetition_penalty
-        adj.neg_scale[seen] = s.repetition_penalty
-        adj.bias[seen] -= s.presence_penalty + s.frequency_penalty * n
+    ids, values = _entries(s, prompt, response)
+    inside = (ids >= 0) & (ids < vocab_size)
+    return _scatter(LogitAdjustment.identity(vocab_size), ids[inside], [v[inside] for v in values])
+
+
+def adjustment_at(
+    s: DecodingSettings, ids: np.ndarray, prompt: Sequence[int], response: Sequence[int]
+) -> LogitAdjustment:
+    """`adjustment` at the sorted token `ids` only: [len(ids)] vectors, in O(len(ids) + len(response)).
+
+    Per-row adjustments differ from a shared base only at a few ids (`speculative.RowAdjustments`).
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    entry_ids, values = _entries(s, prompt, response)
+    if not len(ids):
+        return LogitAdjustment.identity(0)
+    at = np.searchsorted(ids, entry_ids).clip(max=len(ids) - 1)
+    found = ids[at] == entry_ids
+    return _scatter(LogitAdjustment.identity(len(ids)), at[found], [v[found] for v in values])
+
+
+def _entries(
+    s: DecodingSettings, prompt: Sequence[int], response: Sequence[int]
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """`adjustment`'s values where they differ from the identity: sorted token ids and their
+    (pos_scale, neg_scale, bias), O(len(response)) whatever the vocabulary."""
+    seen, n = np.unique(np.asarray(response, dtype=np.int64), return_counts=True)
+    special = [s.mask_token_id, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])]
+    ids = np.union1d(seen, special)
+    adj = LogitAdjustment.identity(len(ids))
+    at = np.searchsorted(ids, seen)
+    adj.pos_scale[at] = 1.0 / s.repetition_penalty
+    adj.neg_scale[at] = s.repetition_penalty
+    adj.bias[at] -= s.presence_penalty + s.frequency_penalty * n.astype(np.float32)
     stop_bias = ramp(len(response), s.max_new_tokens, s.stop_ramp_start, s.stop_ramp_max)
     if stop_bias and s.stop_token_ids:
-        adj.bias[list(s.stop_token_ids)] += stop_bias
+        adj.bias[np.searchsorted(ids, s.stop_token_ids)] += stop_bias
     if s.think_end_id is not None and thinking(prompt, response, s):
-        adj.bias[s.think_end_id] += ramp(
+        adj.bias[np.searchsorted(ids, s.think_end_id)] += ramp(
             len(response), s.max_new_tokens, s.think_ramp_start, s.think_ramp_max
         )
+    adj.bias[np.searchsorted(ids, s.mask_token_id)] = -np.inf  # -inf absorbs every other term
+    return ids, [adj.pos_scale, adj.neg_scale, adj.bias]
+
+
+def _scatter(adj: LogitAdjustment, at: np.ndarray, values: list[np.ndarray]) -> LogitAdjustment:
+    adj.pos_scale[at], adj.neg_scale[at], adj.bias[at] = values
     return adj
 
 

@@ -36,7 +36,9 @@ class TextStream:
     After a stop string is found, `stopped` is true and no more text comes.
     """
 
-    def __init__(self, decode: Callable[[Sequence[int]], str], stop: Sequence[str] = (), reasoning: bool = False):
+    def __init__(
+        self, decode: Callable[[Sequence[int]], str], stop: Sequence[str] = (), reasoning: bool = False
+    ):
         self.decode = decode
         self.stop = [s for s in stop if s]
         self.phase = REASONING if reasoning else CONTENT
@@ -67,15 +69,16 @@ class TextStream:
     def _route(self, end: int, final: bool) -> list[Delta]:
         """Split raw[done:end] between the fields, holding back what is not yet certain."""
         deltas: list[Delta] = []
+        end = max(end, self._done)
         if self.phase == REASONING:
-            close = self._raw.find(THINK_END, max(0, self._done - len(THINK_END)), end + len(THINK_END) - 1)
-            if 0 <= close and close + len(THINK_END) <= end:
+            close = self._raw.find(THINK_END, self._done, end)
+            if close >= 0:
                 deltas += self._emit(REASONING, self._raw[self._done : close].rstrip())
                 self._done, self.phase = close + len(THINK_END), CONTENT
             else:
                 stop_at = end
                 if not final:
-                    stop_at -= _partial_suffix(self._raw[:end], [THINK_END])
+                    stop_at = max(self._done, stop_at - _partial_suffix(self._raw[:end], [THINK_END]))
                     seg = self._raw[self._done : stop_at]
                     stop_at = self._done + len(seg.rstrip())  # whitespace right before `</think>` is dropped
                 deltas += self._emit(REASONING, self._raw[self._done : stop_at])

@@ -154,8 +154,8 @@ def _print_plan(prep: Prepared, as_json: bool) -> None:
         table.add_row(r["name"], str(r["shape"]), r["type"], _size(r["bytes"]), r["source"])
     out.print(table)
     out.print(f"{len(rows)} tensors, {_size(plan.nbytes)} -> " + ", ".join(str(p) for p in prep.shards))
-    for name in plan.dropped:
-        out.print(f"not converted: {name}")
+    if plan.dropped:
+        out.print(_dropped(plan.dropped))
     out.print("dry run: nothing written")
 
 
@@ -175,13 +175,18 @@ def _print_result(result: Result, as_json: bool) -> None:
             )
         )
         return
-    for name in plan.dropped:
-        typer.echo(f"not converted: {name}", err=True)
+    if plan.dropped:
+        typer.echo(_dropped(plan.dropped), err=True)
     files = ", ".join(str(p) for p in result.shards)
     print(
         f"wrote {files}: {len(plan.tensors)} tensors, {_size(plan.nbytes)} in {result.seconds:.1f} s "
         f"({rate:.2f} GB/s of input)"
     )
+
+
+def _dropped(names: list[str]) -> str:
+    more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+    return f"not converted: {names[0]}{more}"
 
 
 def _size(n: int) -> str:

@@ -47,7 +47,11 @@ def as_qwen35moe(src: Path, dst: Path) -> Path:
 def _copy_shard(src: Path, dst: Path, entries: dict) -> None:
     header, offset = {}, 0
     for key, e in entries.items():
-        header[key] = {"dtype": e.dtype, "shape": list(e.shape), "data_offsets": [offset, offset + e.end - e.start]}
+        header[key] = {
+            "dtype": e.dtype,
+            "shape": list(e.shape),
+            "data_offsets": [offset, offset + e.end - e.start],
+        }
         offset += e.end - e.start
     blob = json.dumps(header).encode()
     blob += b" " * (-len(blob) % 8)

@@ -113,10 +113,12 @@ def _write_tensor(
 
 
 def _value_size(v: Any) -> int:
-    if isinstance(v, str | bytes):
-        return 8 + len(v.encode() if isinstance(v, str) else v)
+    if isinstance(v, str):
+        return 8 + len(v.encode())
+    if isinstance(v, list | tuple) and v and isinstance(v[0], str):  # token lists: one C-level join
+        return 12 + 8 * len(v) + len("".join(v).encode())
     if isinstance(v, list | tuple):
-        return 12 + sum(_value_size(x) for x in v)
+        return 12 + 8 * len(v)
     return 8
 
 

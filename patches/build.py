@@ -192,9 +192,13 @@ def install(wheel: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cuda", action="store_true", help="build the CUDA backend (needs nvcc)")
-    ap.add_argument("--dev", action="store_true", help="incremental build in build/llama-dev/ (no wheel cache)")
+    ap.add_argument(
+        "--dev", action="store_true", help="incremental build in build/llama-dev/ (no wheel cache)"
+    )
     ap.add_argument("--install", action="store_true", default=True, help="install the wheel (default)")
-    ap.add_argument("--no-install", dest="install", action="store_false", help="only build (or find) the wheel")
+    ap.add_argument(
+        "--no-install", dest="install", action="store_false", help="only build (or find) the wheel"
+    )
     opts = ap.parse_args(argv)
     try:
         if opts.cuda and shutil.which("nvcc") is None:

@@ -43,11 +43,15 @@ def llama_model_clover_has_diffusion(model: int, /) -> bool: ...
     ctypes.c_int32,
     enabled=PATCHED,
 )
-def llama_clover_set_adjust(ctx: int, pos_scale: int | None, neg_scale: int | None, bias: int | None, /) -> int: ...
+def llama_clover_set_adjust(
+    ctx: int, pos_scale: int | None, neg_scale: int | None, bias: int | None, /
+) -> int: ...
 
 
 # LLAMA_API void llama_clover_set_head(struct llama_context * ctx, bool enabled, bool logits);
-@ctypes_function("llama_clover_set_head", [llama_context_p_ctypes, ctypes.c_bool, ctypes.c_bool], None, enabled=PATCHED)
+@ctypes_function(
+    "llama_clover_set_head", [llama_context_p_ctypes, ctypes.c_bool, ctypes.c_bool], None, enabled=PATCHED
+)
 def llama_clover_set_head(ctx: int, enabled: bool, logits: bool, /) -> None: ...
 
 
@@ -112,10 +116,16 @@ ggml_tensor._fields_ = [
 def _load_ggml_base() -> ctypes.CDLL:
     """libggml-base, which sits next to the libllama that llama-cpp-python loaded."""
     lib = Path(_lib._name)
-    return ctypes.CDLL(str(lib.with_name("ggml-base.dll" if lib.suffix == ".dll" else f"libggml-base{lib.suffix}")))
+    return ctypes.CDLL(
+        str(lib.with_name("ggml-base.dll" if lib.suffix == ".dll" else f"libggml-base{lib.suffix}"))
+    )
 
 
 _ggml = _load_ggml_base()
+
+# GGML_API const char * ggml_op_name  (enum ggml_op   op);
+ggml_op_name = _ggml.ggml_op_name
+ggml_op_name.argtypes, ggml_op_name.restype = [ctypes.c_int], ctypes.c_char_p
 
 # GGML_API const char * ggml_op_desc(const struct ggml_tensor * t); // unary or op name
 ggml_op_desc = _ggml.ggml_op_desc
@@ -129,7 +139,13 @@ ggml_type_name.argtypes, ggml_type_name.restype = [ctypes.c_int], ctypes.c_char_
 ggml_nbytes = _ggml.ggml_nbytes
 ggml_nbytes.argtypes, ggml_nbytes.restype = [ctypes.POINTER(ggml_tensor)], ctypes.c_size_t
 
-# GGML_API void ggml_backend_tensor_get(const struct ggml_tensor * tensor, void * data, size_t offset, size_t size);
+# GGML_API void ggml_backend_tensor_get(
+#     const struct ggml_tensor * tensor, void * data, size_t offset, size_t size);
 ggml_backend_tensor_get = _ggml.ggml_backend_tensor_get
-ggml_backend_tensor_get.argtypes = [ctypes.POINTER(ggml_tensor), ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+ggml_backend_tensor_get.argtypes = [
+    ctypes.POINTER(ggml_tensor),
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_size_t,
+]
 ggml_backend_tensor_get.restype = None

@@ -70,9 +70,15 @@ class LlamaEngine:
             raise EngineError(f"{model_path} is not a clover-moe GGUF")
         self.has_diffusion = bool(capi.llama_model_clover_has_diffusion(self.model))
         self.vocab_size = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(self.model))
-        self.coreset = self._meta("clover-moe.diffusion.coreset_enabled", "true") == "true" if coreset is None else coreset
+        self.coreset = (
+            self._meta("clover-moe.diffusion.coreset_enabled", "true") == "true"
+            if coreset is None
+            else coreset
+        )
         self.coreset_top_p = (
-            float(self._meta("clover-moe.diffusion.coreset_top_p", "0.9")) if coreset_top_p is None else coreset_top_p
+            float(self._meta("clover-moe.diffusion.coreset_top_p", "0.9"))
+            if coreset_top_p is None
+            else coreset_top_p
         )
 
         cparams = ll.llama_context_default_params()
@@ -83,7 +89,9 @@ class LlamaEngine:
         if n_threads is not None:
             cparams.n_threads = cparams.n_threads_batch = n_threads
         if flash_attn is not None:
-            cparams.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            cparams.flash_attn_type = (
+                ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
         if f32_cache:
             cparams.type_k = cparams.type_v = GGML_TYPE_F32
         if eval_callback is not None:
@@ -165,7 +173,9 @@ class LlamaEngine:
         if identity:
             capi.llama_clover_set_adjust(self.ctx, None, None, None)
         else:
-            rows = [np.ascontiguousarray(a, dtype=np.float32) for a in (adj.pos_scale, adj.neg_scale, adj.bias)]
+            rows = [
+                np.ascontiguousarray(a, dtype=np.float32) for a in (adj.pos_scale, adj.neg_scale, adj.bias)
+            ]
             if any(r.shape != (self.vocab_size,) for r in rows):
                 raise ValueError(f"logit adjustment vectors must have {self.vocab_size} entries")
             capi.llama_clover_set_adjust(self.ctx, *(r.ctypes.data for r in rows))
@@ -177,7 +187,9 @@ class LlamaEngine:
         got = capi.llama_clover_get_rows(self.ctx, tok, prob, n)
         if got != n:
             raise EngineError(f"the clover head returned {got} rows, expected {n}")
-        return np.frombuffer(tok, dtype=np.int32).astype(np.int64), np.frombuffer(prob, dtype=np.float32).copy()
+        return np.frombuffer(tok, dtype=np.int32).astype(np.int64), np.frombuffer(
+            prob, dtype=np.float32
+        ).copy()
 
     def _logits(self, n: int) -> np.ndarray:
         ptr = ll.llama_get_logits(self.ctx)
@@ -222,7 +234,10 @@ class LlamaEngine:
         self, block: Sequence[int], adj: LogitAdjustment, logits: bool
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         if not self.has_diffusion:
-            raise EngineError("this GGUF has no block-diffusion tensors (converted with --ar-only): previews need a full conversion")
+            raise EngineError(
+                "this GGUF has no block-diffusion tensors (converted with --ar-only): "
+                "previews need a file converted without --ar-only"
+            )
         self._set_adjust(adj)
         capi.llama_clover_set_head(self.ctx, False, logits)
         arr = (ll.llama_token * len(block))(*block)

@@ -1,4 +1,5 @@
-"""The numpy reference as a `decode.Backend`: the oracle every other backend's trace is compared with."""
+"""The numpy reference as a `decode.Backend` and `speculative.SpeculativeBackend`: the oracle every
+other backend's trace is compared with."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..policy import LogitAdjustment, pick
+from ..policy import LogitAdjustment, distribution, pick
+from ..speculative import RowAdjustments, Verification
 from .model import ReferenceModel, State
 
 
@@ -17,6 +19,7 @@ class NumpyBackend:
         self.model = model
         self.vocab_size = model.cfg.vocab_size
         self.state: State = model.new_state()
+        self._pass: tuple[State, list[int]] | None = None  # the last verification: start state, causal rows
 
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         self.state = self.model.new_state()
@@ -26,5 +29,44 @@ class NumpyBackend:
         return pick(self.model.preview(block, self.state), adj)
 
     def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+        self._pass = None
         tok, prob = pick(self.model.commit(tokens, self.state)[-1:], adj)
         return int(tok[0]), float(prob[0])
+
+    def verify_and_draft(
+        self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
+    ) -> Verification:
+        """One speculative pass: a causal commit of `tokens`, then a preview over the state it left."""
+        self._pass = (self.state.copy(), list(tokens))
+        causal = self.model.commit(tokens, self.state) if len(tokens) else np.zeros((0, self.vocab_size))
+        ahead = self.model.preview(preview, self.state) if len(preview) else np.zeros((0, self.vocab_size))
+        picks = [pick(causal[j : j + 1], adjs.row(j)) for j in range(len(tokens))]
+        draft_tokens, draft_probs = pick(ahead, adjs.last())
+        sampled = temperature > 0
+        return Verification(
+            np.array([int(t[0]) for t, _ in picks], dtype=np.int64),
+            np.array([float(p[0]) for _, p in picks]),
+            draft_tokens,
+            draft_probs,
+            np.array([distribution(causal[j], adjs.row(j), temperature) for j in range(len(tokens))])
+            if sampled
+            else None,
+            distribution(ahead, adjs.last(), temperature) if sampled else None,
+        )
+
+    def rollback(self, n_keep: int) -> None:
+        """Restore the state of the last pass's start and re-commit its kept rows: the reference
+        recomputes what a graph keeps as per-row snapshots (same state, chunking is free)."""
+        if n_keep == 0:
+            self.state, self._pass = self.model.new_state(), None
+            return
+        start, rows = self._pass if self._pass else (self.state, [])
+        if not start.n_past <= n_keep <= self.state.n_past:
+            raise ValueError(
+                f"cannot roll back to {n_keep}: the last pass spans {start.n_past}..{self.state.n_past}"
+            )
+        if n_keep < self.state.n_past:
+            self.state, kept = start.copy(), rows[: n_keep - start.n_past]
+            if kept:
+                self.model.commit(kept, self.state)
+            self._pass = (start, kept)

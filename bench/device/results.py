@@ -1,0 +1,348 @@
+"""Results of the H200 runs: merge a run's timing files into one JSON, save it under
+`bench/results/`, and write the H200 table of `docs/performance.md`.
+
+    python bench/device/results.py merge timing-*.json [--clover-bench ...] [--parity P] --out result.json
+    python bench/device/results.py save RESULT.json            # -> bench/results/<UTC date>-<label>.json
+    python bench/device/results.py table bench/results/X.json [--update docs/performance.md]
+
+Per-layer costs are least-squares fits `ms = per_layer * layers + fixed` over the layer counts of
+the run; `at_40_layers` extrapolates them to the real model (CLOVER.md §1: 40 layers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results"
+DOC = ROOT / "docs" / "performance.md"
+BEGIN, END = "<!-- h200-table:begin -->", "<!-- h200-table:end -->"
+FULL_LAYERS = 40
+METRICS = (
+    "ar_step_ms",
+    "causal32_ms",
+    "causal32_all_logits_ms",
+    "engine_ar_step_ms",
+    "preview_ms",
+    "preview_coreset_ms",
+    "commit_ms_per_block",
+    "fused_pass_ms",
+)
+TAG = re.compile(r"^(?P<arch>clover|qwen35moe)-(?P<layers>\d+)-(?P<quant>[a-z0-9_]+)$")
+
+
+def _load(path: str) -> dict | None:
+    p = Path(path)
+    if not p.is_file():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def fit(points: list[tuple[int, float]]) -> dict | None:
+    """ms = a * layers + b over (layers, ms) points with at least two layer counts."""
+    pts = sorted(points)
+    if len({x for x, _ in pts}) < 2:
+        return None
+    n = len(pts)
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    a = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    b = my - a * mx
+    return {
+        "per_layer_ms": a,
+        "fixed_ms": b,
+        "at_40_layers_ms": a * FULL_LAYERS + b,
+        "points": [[x, y] for x, y in pts],
+    }
+
+
+def run_entry(t: dict) -> dict:
+    tag = t.get("label") or ""
+    m = TAG.match(tag)
+    e = {
+        "tag": tag,
+        "arch": t["model"].get("arch"),
+        "layers": t["model"].get("layers"),
+        "quant": m.group("quant") if m else None,
+        "file_bytes": t["model"].get("file_bytes"),
+        "load_s": t.get("load_s"),
+    }
+    for k in (
+        *METRICS,
+        "ar_tok_s",
+        "pp_ms",
+        "pp_tok_s",
+        "preview_ms_by_coreset",
+        "e2e_tok_s_by_k",
+        "e2e_fused_tok_s_by_k_derived",
+        "spec_tok_s_by_accept",
+        "readback_bytes_per_pass",
+        "preview_state_unchanged",
+        "skipped",
+        "settings",
+        "llama_cpp_version",
+    ):
+        if k in t:
+            e[k] = t[k]
+    e["detail"] = {
+        k: t[k]
+        for k in (
+            "ar_step",
+            "causal32",
+            "causal32_all_logits",
+            "engine_ar_step",
+            "commit",
+            "preview",
+            "fused_pass",
+            "pp_detail",
+        )
+        if k in t
+    }
+    return e
+
+
+def merge(args) -> dict:
+    timings = [t for t in (_load(p) for p in args.timings) if t]
+    runs = [run_entry(t) for t in timings]
+    meta = _load(args.meta) if args.meta else None
+    machine = (
+        Path(args.machine).read_text().strip().splitlines()
+        if args.machine and Path(args.machine).is_file()
+        else []
+    )
+    notes = []
+    if args.notes and Path(args.notes).is_file():
+        notes = [json.loads(line) for line in Path(args.notes).read_text().splitlines() if line.strip()]
+    res: dict = {
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "label": args.label,
+        "gpu": machine[0].split(",")[0].strip() if machine else None,
+        "machine": machine,
+        "build": {
+            "cmake_args": args.cmake_args,
+            "build_s": float(args.build_s) if args.build_s else None,
+            "llama_cpp_version": runs[0].get("llama_cpp_version") if runs else None,
+            "system_info": timings[0].get("system_info") if timings else None,
+        },
+        "commit": (meta or {}).get("commit"),
+        "dirty_files": (meta or {}).get("dirty_files"),
+        "patches": (meta or {}).get("patches"),
+        "llama_cpp_python": (meta or {}).get("llama_cpp_python"),
+        "upstream_llama_cpp": "0c1e570 (vendored by llama-cpp-python 0.3.36)",
+        "method": "bench/device/timing.py: median of REPS timed runs after warm-up, host wall clock around "
+        "llama_decode + llama_synchronize; random token ids; 512-token cached prefix; "
+        "flash attention on, all layers on the GPU, CUDA graphs as the build enables them",
+        "runs": runs,
+        "notes": notes,
+    }
+    # fits per (arch, quant)
+    fits: dict = {}
+    for r in runs:
+        key = f"{r['arch']}/{r['quant']}"
+        for mname in METRICS:
+            if isinstance(r.get(mname), (int, float)) and r.get("layers"):
+                fits.setdefault(key, {}).setdefault(mname, []).append((r["layers"], r[mname]))
+    res["fits"] = {k: {m: fit(p) for m, p in v.items()} for k, v in fits.items()}
+    # headline fields: the largest clover-moe run of the first quant, else the baseline's
+    quants = [r["quant"] for r in runs if r["quant"]]
+    quant = "q4_k_m" if "q4_k_m" in quants else (quants[0] if quants else None)
+    res["quant"] = quant
+
+    def largest(arch: str) -> dict | None:
+        c = [r for r in runs if r["arch"] == arch and r["quant"] == quant]
+        return max(c, key=lambda r: r["layers"] or 0) if c else None
+
+    head = largest("clover-moe") or largest("qwen35moe") or {}
+    res["headline_from"] = head.get("tag")
+    res["layers"] = head.get("layers")
+    for k in (
+        "ar_step_ms",
+        "causal32_ms",
+        "preview_ms",
+        "preview_ms_by_coreset",
+        "fused_pass_ms",
+        "commit_ms_per_block",
+        "ar_tok_s",
+        "e2e_tok_s_by_k",
+        "spec_tok_s_by_accept",
+        "pp_tok_s",
+    ):
+        res[k] = head.get(k)
+    base = largest("qwen35moe")
+    if base:
+        res["baseline_qwen35moe"] = {
+            k: base.get(k)
+            for k in (
+                "tag",
+                "layers",
+                "ar_step_ms",
+                "causal32_ms",
+                "causal32_all_logits_ms",
+                "ar_tok_s",
+                "pp_tok_s",
+            )
+        }
+    res["clover_bench"] = {}
+    for p in args.clover_bench or []:
+        d = _load(p)
+        if d:
+            res["clover_bench"][Path(p).stem.removeprefix("clover-bench-")] = d
+    res["parity"] = _load(args.parity) if args.parity else None
+    return res
+
+
+def save(args) -> Path:
+    d = json.loads(Path(args.result).read_text())
+    day = d.get("date_utc") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    stamp = day[:16].replace(":", "").replace("T", "-")
+    dest = RESULTS / f"{stamp}-{args.name or d.get('label') or 'h200'}.json"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(d, indent=1) + "\n")
+    print(dest)
+    return dest
+
+
+def _f(x, nd=2) -> str:
+    return "—" if x is None else f"{x:.{nd}f}"
+
+
+def table(d: dict, source: str) -> str:
+    b = d["build"]
+    built = f" ({b['build_s']:.0f} s to build)" if b.get("build_s") else ""
+    dirty = " (+uncommitted files)" if d.get("dirty_files") else ""
+    lines = [
+        f"Run {d.get('date_utc')}, {d.get('gpu')}, commit `{(d.get('commit') or '?')[:10]}`{dirty}, "
+        f"llama.cpp {d.get('upstream_llama_cpp')}, build `{b.get('llama_cpp_version')}` "
+        f"with `{b.get('cmake_args')}`{built}. Raw numbers: `{source}`.",
+        "",
+        "| file | layers | AR step ms | AR tok/s | causal 32 ms (/AR) | causal 32, all logits ms "
+        "| preview ms off / on | commit ms | fused ms | pp512 tok/s | pp8192 tok/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(d["runs"], key=lambda r: (r["arch"] or "", r["quant"] or "", r["layers"] or 0)):
+        g = r.get
+        ar, c32, pp = g("ar_step_ms"), g("causal32_ms"), g("pp_tok_s") or {}
+        ratio = f" ({c32 / ar:.1f})" if ar and c32 else ""
+        cells = [
+            f"{r['arch']} {r['quant']}",
+            str(r["layers"]),
+            _f(ar, 3),
+            _f(g("ar_tok_s"), 1),
+            _f(c32, 3) + ratio,
+            _f(g("causal32_all_logits_ms"), 3),
+            f"{_f(g('preview_ms'), 3)} / {_f(g('preview_coreset_ms'), 3)}",
+            _f(g("commit_ms_per_block"), 3),
+            _f(g("fused_pass_ms"), 3),
+            _f(pp.get("512"), 0),
+            _f(pp.get("8192"), 0),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Linear fits over the layer counts (ms = per_layer x layers + fixed), extrapolated to 40 layers:",
+        "",
+        "| file | measure | per layer ms | fixed ms | 40 layers ms |",
+        "|---|---|---|---|---|",
+    ]
+    for key, ms in sorted(d.get("fits", {}).items()):
+        for m, f in ms.items():
+            if f:
+                lines.append(
+                    f"| {key} | {m} | {f['per_layer_ms']:.4f} | {f['fixed_ms']:.3f} "
+                    f"| {f['at_40_layers_ms']:.2f} |"
+                )
+    for r in d["runs"]:
+        extra = []
+        if r.get("preview_ms_by_coreset"):
+            extra.append(
+                "preview ms by forced coreset size: "
+                + ", ".join(f"{k}: {v:.3f}" for k, v in r["preview_ms_by_coreset"].items())
+            )
+        if r.get("e2e_tok_s_by_k"):
+            extra.append(
+                "end-to-end tok/s, labelled simulation of k tokens accepted per preview: "
+                + ", ".join(f"k={k}: {v:.1f}" for k, v in r["e2e_tok_s_by_k"].items())
+            )
+        if r.get("preview_state_unchanged") is not None:
+            extra.append(f"memory state unchanged after previews: {r['preview_state_unchanged']}")
+        if extra:
+            lines += ["", f"{r['tag']}: " + "; ".join(extra) + "."]
+    if d.get("parity"):
+        lines += ["", "GPU parity: `" + json.dumps(d["parity"].get("summary", d["parity"]))[:800] + "`"]
+    skipped = sorted({f"{k}: {v}" for r in d["runs"] for k, v in (r.get("skipped") or {}).items()})
+    skipped += [f"{n['stage']}: {n['skipped']}" for n in d.get("notes", [])]
+    if skipped:
+        lines += ["", "Not measured in this run: " + "; ".join(skipped) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def update_doc(doc: Path, block: str) -> None:
+    text = doc.read_text() if doc.is_file() else "# Performance\n"
+    body = f"{BEGIN}\n{block}{END}"
+    if BEGIN in text and END in text:
+        text = text[: text.index(BEGIN)] + body + text[text.index(END) + len(END) :]
+    else:
+        text = text.rstrip("\n") + "\n\n## H200\n\n" + body + "\n"
+    doc.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("merge")
+    m.add_argument("timings", nargs="*")
+    m.add_argument("--clover-bench", nargs="*", default=[])
+    m.add_argument("--parity")
+    m.add_argument("--meta")
+    m.add_argument("--machine")
+    m.add_argument("--cmake-args", default="")
+    m.add_argument("--build-s", default="")
+    m.add_argument("--notes")
+    m.add_argument("--label", default="h200")
+    m.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("save")
+    s.add_argument("result")
+    s.add_argument("--name")
+    t = sub.add_parser("table")
+    t.add_argument("result")
+    t.add_argument("--update", type=Path, nargs="?", const=DOC)
+    args = ap.parse_args(argv)
+    if args.cmd == "merge":
+        res = merge(args)
+        args.out.write_text(json.dumps(res, indent=1) + "\n")
+        print(f"wrote {args.out}: {len(res['runs'])} timed files, headline {res['headline_from']}")
+        for key, ms in res["fits"].items():
+            for mname, f in ms.items():
+                if f:
+                    print(
+                        f"  {key} {mname}: {f['per_layer_ms']:.4f} ms/layer + {f['fixed_ms']:.3f} ms "
+                        f"-> {f['at_40_layers_ms']:.2f} ms at 40 layers"
+                    )
+    elif args.cmd == "save":
+        save(args)
+    else:
+        d = json.loads(Path(args.result).read_text())
+        src = Path(args.result)
+        try:
+            src = src.resolve().relative_to(ROOT)
+        except ValueError:
+            pass
+        block = table(d, str(src))
+        if args.update:
+            update_doc(args.update, block)
+            print(f"updated {args.update}")
+        else:
+            print(block)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# One run on the lent H200 (a bare machine, no network): build the (patched) CUDA wheel, make a
+# full-width synthetic checkpoint, convert it, time it, check GPU parity; results under $OUT.
+#
+#   bash bench/device/run.sh          (in the repo root there; carry [".devcarry"], made here by
+#                                      `.venv/bin/python bench/device/prepare.py`)
+#
+# Environment (all optional):
+#   STAGES    comma list of build,gen,convert,baseline,clover,parity   (default: all of them)
+#   LAYERS    layer counts to time, e.g. "4 8"; the largest is generated and converted, the
+#             others are its first N layers (bench/device/gguf_variant.py)          (default "4 8")
+#   QUANTS    converter outtypes, e.g. "q4_k_m q8_0"                     (default "q4_k_m")
+#   BUDGET_S  seconds after which remaining stages are skipped (a run must end inside 600 s,
+#             leave margin for the copy back)                            (default 510)
+#   REPS      timed repetitions per measurement                           (default 30)
+#   PP        prompt lengths for prompt processing                        (default "512,8192")
+#   JOBS      build jobs (default: all cores);  WORK  scratch dir (default /tmp/clover-dev)
+#   LABEL     run label in the result file name                           (default "h200")
+# A later call on the still-warm machine reuses $WORK (wheel, checkpoint, GGUFs) when the carried
+# source is the same, so the lead can split the work over up to three calls.
+set -u -o pipefail
+T0=$(date +%s)
+REPO=$(pwd)
+OUT=${OUT:-/tmp/clover-out}; mkdir -p "$OUT"
+WORK=${WORK:-/tmp/clover-dev}; mkdir -p "$WORK"
+CARRY=${CARRY:-$REPO/.devcarry}
+STAGES=${STAGES:-build,gen,convert,baseline,clover,parity}
+LAYERS=${LAYERS:-4 8}
+QUANTS=${QUANTS:-q4_k_m}
+BUDGET_S=${BUDGET_S:-510}
+REPS=${REPS:-30}
+PP=${PP:-512,8192}
+JOBS=${JOBS:-$(nproc)}
+LABEL=${LABEL:-h200}
+PY=${PY:-python3}
+PRESET=${PRESET:-full-width}
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+log() { echo "[$(date -u +%H:%M:%S) +$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/run.log"; }
+left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
+want() { [[ ",$STAGES," == *",$1,"* ]]; }
+note() { log "SKIP $1: $2"; echo "{\"stage\": \"$1\", \"skipped\": \"$2\"}" >> "$OUT/notes.jsonl"; }
+
+LMAX=0; for l in $LAYERS; do (( l > LMAX )) && LMAX=$l; done
+SRC_TGZ="$CARRY/llama-src.tar.gz"
+[ -f "$SRC_TGZ" ] || { log "no $SRC_TGZ: run bench/device/prepare.py here and carry .devcarry"; exit 2; }
+SRC_SHA=$(sha256sum "$SRC_TGZ" | cut -c1-16)
+
+# ---- machine ---------------------------------------------------------------------------------
+log "run.sh: stages=$STAGES layers='$LAYERS' quants='$QUANTS' budget=${BUDGET_S}s jobs=$JOBS src=$SRC_SHA"
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
+  nvcc --version | tail -2 | head -1
+  $PY -c 'import platform,os; print(platform.platform(), os.cpu_count(), "cores")'
+  grep -m1 "model name" /proc/cpuinfo
+  df -h /tmp | tail -1
+} > "$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt" | tee -a "$OUT/run.log"
+
+# the pinned sdist's files our code reads (source.read_member looks in the cache first: no network)
+export CLOVER_CACHE="$WORK/cache"
+VOCAB=vendor/llama.cpp/models/ggml-vocab-qwen35.gguf
+if [ ! -f "$CLOVER_CACHE/members/$VOCAB" ]; then
+  mkdir -p "$CLOVER_CACHE/members"
+  tar xzf "$SRC_TGZ" -C "$CLOVER_CACHE/members" --strip-components=1 "llama_cpp_python-0.3.36/$VOCAB" \
+    || log "could not extract $VOCAB from the carried source"
+fi
+
+# python paths: pure wheels + our package (convert/ is imported as clover_convert)
+mkdir -p "$WORK/pylink" "$WORK/pure"
+ln -sfn "$REPO/convert" "$WORK/pylink/clover_convert"
+if [ ! -f "$WORK/pure/.done" ]; then
+  $PY -m pip install -q --no-deps --no-compile --target "$WORK/pure" "$CARRY"/wheels/*.whl >> "$OUT/run.log" 2>&1 \
+    && touch "$WORK/pure/.done" || log "pure wheels did not install"
+fi
+BASEPATH="$WORK/pure:$WORK/pylink:$REPO"
+# before the CUDA wheel exists the converter quantizes with a carried CPU libggml-base
+export PYTHONPATH="$CARRY/ggml-base:$BASEPATH"
+convert_cmd() { $PY -c 'import sys; from clover_convert.cli import main; sys.argv[0]="clover-convert"; sys.exit(main())' "$@"; }
+clover_cmd() { $PY -c 'import sys; from clover_local.cli import app; sys.argv[0]="clover"; app()' "$@"; }
+
+# ---- build (background) --------------------------------------------------------------------
+BUILD_PID=""
+SITE="$WORK/site"
+CMAKE_ARGS_USED=""
+if want build; then
+  if [ -f "$SITE/.src-$SRC_SHA" ]; then
+    log "build: reusing $SITE (same source)"
+  else
+    rm -rf "$WORK/src" "$WORK/wheel" "$SITE"; mkdir -p "$WORK/src" "$WORK/wheel"
+    tar xzf "$SRC_TGZ" -C "$WORK/src"
+    TREE=$(ls -d "$WORK"/src/llama_cpp_python-*)
+    # the same lean options patches/build.py uses, plus CUDA for sm_90 with CUDA graphs
+    CMAKE_ARGS_USED=$($PY -c "
+import sys; sys.path.insert(0, 'patches')
+try:
+    import build; print(build.cmake_args(True, {'CMAKE_CUDA_ARCHITECTURES': '90'}))
+except Exception:
+    print('-DLLAVA_BUILD=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90')
+")" -DGGML_CUDA_GRAPHS=ON -DGGML_NATIVE=ON"
+    echo "$CMAKE_ARGS_USED" > "$WORK/cmake_args.txt"
+    log "build: CMAKE_ARGS=$CMAKE_ARGS_USED"
+    ( export CMAKE_ARGS="$CMAKE_ARGS_USED" CMAKE_BUILD_PARALLEL_LEVEL=$JOBS
+      t=$(date +%s)
+      $PY -m pip wheel -v --no-deps --no-build-isolation --no-index -C build-dir="$WORK/skbuild" \
+          -w "$WORK/wheel" "$TREE" > "$WORK/build.log" 2>&1 || { echo "pip wheel failed" >> "$WORK/build.log"; exit 1; }
+      echo $(( $(date +%s) - t )) > "$WORK/build_s.txt"
+      $PY -m pip install -q --no-deps --no-compile --target "$SITE" "$WORK"/wheel/llama_cpp_python-*.whl >> "$WORK/build.log" 2>&1 || exit 1
+      touch "$SITE/.src-$SRC_SHA" ) &
+    BUILD_PID=$!
+  fi
+fi
+[ -f "$WORK/cmake_args.txt" ] && CMAKE_ARGS_USED=$(cat "$WORK/cmake_args.txt")
+
+wait_build() {
+  if [ -n "$BUILD_PID" ]; then
+    log "waiting for the build"
+    wait "$BUILD_PID"; local rc=$?
+    BUILD_PID=""
+    tail -c 60000 "$WORK/build.log" > "$OUT/build-tail.log"
+    if [ $rc -ne 0 ]; then log "build FAILED (rc $rc): see build-tail.log"; return 1; fi
+    log "build done in $(cat "$WORK/build_s.txt") s"
+  fi
+  if [ -f "$SITE/.src-$SRC_SHA" ]; then
+    export PYTHONPATH="$SITE:$BASEPATH"; return 0
+  fi
+  return 1
+}
+
+# ---- checkpoint + conversion (while the build runs) ------------------------------------------
+CK="$WORK/ck-$LMAX"
+if want gen; then
+  if [ -f "$CK/.done" ]; then log "gen: reusing $CK"
+  elif (( $(left) < 200 )); then note gen "too little time left ($(left) s)"
+  else
+    rm -rf "$CK"
+    log "gen: $PRESET synthetic checkpoint, $LMAX layers"
+    $PY -m clover_local.testing.make_checkpoint "$CK" --preset "$PRESET" --layers "$LMAX" 2>&1 | tail -3 | tee -a "$OUT/run.log" \
+      && touch "$CK/.done"
+  fi
+fi
+if want convert; then
+  for q in $QUANTS; do
+    G="$WORK/clover-$LMAX-$q.gguf"
+    if [ -f "$G" ]; then log "convert: reusing $G"; continue; fi
+    if [ ! -f "$CK/.done" ]; then note "convert-$q" "no checkpoint"; continue; fi
+    if (( $(left) < 150 )); then note "convert-$q" "too little time left ($(left) s)"; continue; fi
+    # share the cores with the build while it runs
+    th=$JOBS; [ -n "$BUILD_PID" ] && kill -0 "$BUILD_PID" 2>/dev/null && th=${CONVERT_THREADS:-6}
+    log "convert: $q, $th threads"
+    convert_cmd "$CK" -o "$G.tmp" -t "$q" --threads "$th" --force 2>&1 | tail -2 | tee -a "$OUT/run.log"
+    if [ ! -f "$G.tmp" ] && [[ "$PYTHONPATH" == "$CARRY/ggml-base:"* ]]; then
+      log "convert: the carried CPU libggml-base failed here; retrying with the built wheel's"
+      wait_build && convert_cmd "$CK" -o "$G.tmp" -t "$q" --threads "$JOBS" --force 2>&1 | tail -2 | tee -a "$OUT/run.log"
+    fi
+    [ -f "$G.tmp" ] && mv "$G.tmp" "$G" || note "convert-$q" "converter failed"
+  done
+fi
+variants() {  # $1 quant, $2 arch ('' keeps clover-moe): prints the files, one per layer count
+  local q=$1 arch=$2 l f src="$WORK/clover-$LMAX-$1.gguf"
+  for l in $LAYERS; do
+    if [ -n "$arch" ]; then f="$WORK/$arch-$l-$q.gguf"; else f="$WORK/clover-$l-$q.gguf"; fi
+    if [ ! -f "$f" ] && [ -f "$src" ]; then
+      ( $PY bench/device/gguf_variant.py "$src" "$f.tmp" --layers "$l" ${arch:+--arch $arch} >> "$OUT/run.log" 2>&1 \
+        && mv "$f.tmp" "$f" ) &
+    fi
+  done
+  wait
+  for l in $LAYERS; do
+    if [ -n "$arch" ]; then f="$WORK/$arch-$l-$q.gguf"; else f="$WORK/clover-$l-$q.gguf"; fi
+    [ -f "$f" ] && echo "$f"
+  done
+}
+
+# the timed files (first N layers; qwen35moe for the baseline), made in parallel while the build runs
+NPATCH=$($PY -c "import json; print(len(json.load(open('$CARRY/meta.json'))['patches']))" 2>/dev/null || echo 0)
+VPIDS=()
+for q in $QUANTS; do
+  if want baseline; then variants "$q" qwen35moe > /dev/null & VPIDS+=($!); fi
+  if want clover && [ "$NPATCH" -gt 0 ]; then variants "$q" "" > /dev/null & VPIDS+=($!); fi
+done
+(( ${#VPIDS[@]} )) && { log "variants: ${#VPIDS[@]} jobs"; wait "${VPIDS[@]}"; log "variants done"; }
+
+# ---- timings ---------------------------------------------------------------------------------
+time_file() {  # $1 gguf, $2 tag
+  local f=$1 tag=$2 need=$(( 40 + $(stat -c %s "$1") / 1000000000 * 4 ))
+  if (( $(left) < need )); then note "time-$tag" "too little time left ($(left) s, need ~$need)"; return; fi
+  log "timing $tag ($f)"
+  $PY bench/device/timing.py "$f" --out "$WORK/timing-$tag.json" --reps "$REPS" --pp "$PP" --label "$tag" \
+      2> "$WORK/timing-$tag.stderr" | tee -a "$OUT/run.log"
+  [ -f "$WORK/timing-$tag.json" ] || { tail -20 "$WORK/timing-$tag.stderr" | tee -a "$OUT/run.log"; note "time-$tag" "timing failed"; }
+  # RUNTIME's `clover bench` on the same file (clover-moe files with the patched build only)
+  if [[ "$tag" == clover-* ]] && (( $(left) > 40 )); then
+    log "clover bench $tag"
+    clover_cmd bench "$f" --json --n-gpu-layers -1 --repeats 5 > "$WORK/clover-bench-$tag.json" 2>> "$WORK/timing-$tag.stderr" \
+      || { note "clover-bench-$tag" "clover bench failed"; rm -f "$WORK/clover-bench-$tag.json"; }
+  fi
+}
+rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
+if want baseline || want clover || want parity; then
+  wait_build || note timings "no CUDA wheel"
+fi
+if [ -f "$SITE/.src-$SRC_SHA" ]; then
+  PATCHED=$($PY -c 'from clover_local.llama import capi; print(int(capi.PATCHED))' 2>/dev/null || echo 0)
+  log "llama_cpp $($PY -c 'import llama_cpp; print(llama_cpp.__version__)'), Clover C API: $PATCHED"
+  for q in $QUANTS; do
+    if want baseline; then
+      for f in $(variants "$q" qwen35moe); do time_file "$f" "$(basename "$f" .gguf)"; done
+    fi
+    if want clover; then
+      if [ "$PATCHED" = 1 ]; then
+        for f in $(variants "$q" ""); do time_file "$f" "$(basename "$f" .gguf)"; done
+      else note "clover-$q" "unpatched build: upstream cannot load clover-moe"; fi
+    fi
+  done
+  # ---- GPU parity (tiny models, all layers offloaded) ----------------------------------------
+  if want parity; then
+    if [ "$PATCHED" != 1 ]; then note parity "unpatched build"
+    elif ! clover_cmd verify --help > /dev/null 2>&1; then note parity "no \`clover verify\` command"
+    elif (( $(left) < 60 )); then note parity "too little time left"
+    else
+      log "parity: clover verify on tiny models, all layers on the GPU"
+      $PY bench/device/parity.py --out "$WORK/parity.json" 2>&1 | tail -40 | tee -a "$OUT/run.log" \
+        || note parity "parity run failed"
+    fi
+  fi
+fi
+
+# ---- result ------------------------------------------------------------------------------------
+log "writing the result"
+$PY bench/device/results.py merge "$WORK"/timing-*.json --clover-bench "$WORK"/clover-bench-*.json --parity "$WORK/parity.json" \
+    --meta "$CARRY/meta.json" --machine "$OUT/machine.txt" --cmake-args "$CMAKE_ARGS_USED" \
+    --build-s "$(cat "$WORK/build_s.txt" 2>/dev/null || echo '')" --notes "$OUT/notes.jsonl" \
+    --label "$LABEL" --out "$OUT/result.json" 2>&1 | tee -a "$OUT/run.log"
+cp "$WORK"/timing-*.stderr "$OUT/" 2>/dev/null; ls "$OUT"/timing-*.stderr > /dev/null 2>&1 && \
+  tar czf "$OUT/stderr.tgz" -C "$OUT" $(cd "$OUT" && ls timing-*.stderr) && rm -f "$OUT"/timing-*.stderr
+log "done in $(( $(date +%s) - T0 )) s"

@@ -1,0 +1,595 @@
+"""`Clover`: llama-cpp-python's `Llama` interface over the block-diffusion loop.
+
+`create_completion` / `create_chat_completion` return the same OpenAI-shaped dicts and stream
+chunks as `llama_cpp.Llama`, so an application can swap one for the other; Clover's controls
+(block size, threshold, coreset, penalties, ramps, thinking) are extra keyword arguments, the
+reasoning of a thinking answer goes to `reasoning_content`, and every result carries decoding
+statistics under `"clover"`. Everything is driven by one generator of decode events
+(`Clover.generate`), which streaming, `--visual` and `bench` consume as well.
+
+A `Clover` runs one request at a time; each request starts with a fresh prefill, so a stream
+that is closed early (or interrupted) leaves nothing behind for the next one.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from . import policy, speculative
+from .config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
+from .decode import Backend, BlockEvent, Event, PassEvent, Result, TokenEvent, generate, generate_ar
+from .model_info import ModelFileError, ModelInfo, read_info
+from .policy import DecodingSettings
+from .sampling import GumbelBackend
+from .textstream import CONTENT, REASONING, Delta, TextStream
+from .tokenizer import THINK_END, THINK_START, CloverTokenizer
+
+Mode = Literal["diffusion", "ar", "speculative"]
+MODES = ("diffusion", "ar", "speculative")
+AnyEvent = Event | speculative.IterationEvent
+EventCallback = Callable[[AnyEvent], None]
+
+
+class Tokenizer(Protocol):
+    """What the API needs of a tokenizer: `CloverTokenizer` (HF files) or `GgufTokenizer`."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str: ...
+
+    def token_id(self, token: str) -> int | None: ...
+
+    def render_chat(
+        self,
+        messages: Sequence[dict[str, Any]],
+        enable_thinking: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> str: ...
+
+
+@dataclass
+class _Trace:
+    """What a request cost, gathered from its events (also when a stop string ends it early)."""
+
+    mode: str
+    prompt_tokens: int
+    start: float = field(default_factory=time.perf_counter)
+    prefill_seconds: float | None = None
+    preview_seconds: list[float] = field(default_factory=list)
+    commit_seconds: list[float] = field(default_factory=list)
+    passes_per_block: list[int] = field(default_factory=list)
+    tokens_per_pass: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+
+    def add(self, event: AnyEvent) -> None:
+        """Diffusion: previews fill, commits append; ar / speculative: each causal pass appends."""
+        if isinstance(event, Result):
+            return
+        if self.prefill_seconds is None:  # the first event arrives after the prefill and its own pass
+            own = event.commit_seconds if isinstance(event, BlockEvent) else event.seconds
+            self.prefill_seconds = time.perf_counter() - self.start - own
+        if isinstance(event, PassEvent):
+            self.preview_seconds.append(event.seconds)
+            self.tokens_per_pass.append(len(event.filled))
+        elif isinstance(event, BlockEvent):
+            self.passes_per_block.append(event.passes)
+            self.commit_seconds.append(event.commit_seconds)
+        else:
+            self.tokens_per_pass.append(len(appended(event)))
+            self.commit_seconds.append(event.seconds)
+        self.tokens += appended(event)
+
+    def stats(self) -> dict[str, Any]:
+        total = time.perf_counter() - self.start
+        prefill = self.prefill_seconds if self.prefill_seconds is not None else total
+        gen = max(total - prefill, 1e-9)
+        passes = len(self.tokens_per_pass)
+        return {
+            "mode": self.mode,
+            "tokens": list(self.tokens),
+            "blocks": len(self.passes_per_block),
+            "passes": passes,
+            "passes_per_block": list(self.passes_per_block),
+            "tokens_per_pass": list(self.tokens_per_pass),
+            "mean_tokens_per_pass": sum(self.tokens_per_pass) / passes if passes else 0.0,
+            "prompt_ms": prefill * 1e3,
+            "preview_ms": _mean_ms(self.preview_seconds),
+            "commit_ms": _mean_ms(self.commit_seconds),
+            "prompt_tokens_per_s": self.prompt_tokens / prefill if prefill > 0 else 0.0,
+            "generation_tokens_per_s": len(self.tokens) / gen,
+            "total_ms": total * 1e3,
+        }
+
+
+def _mean_ms(seconds: list[float]) -> float | None:
+    return sum(seconds) / len(seconds) * 1e3 if seconds else None
+
+
+@dataclass
+class _Outcome:
+    finish_reason: str
+    completion_tokens: int
+    stats: dict[str, Any]
+
+
+def appended(event: AnyEvent) -> tuple[int, ...]:
+    """The response tokens an event makes final for good (a preview's are only tentative)."""
+    if isinstance(event, TokenEvent):
+        return (event.token,)
+    if isinstance(event, BlockEvent | speculative.IterationEvent):
+        return event.tokens
+    return ()
+
+
+def final_tokens(committed: Sequence[int], event: PassEvent, s: DecodingSettings) -> list[int]:
+    """The response known for certain after a preview: the committed tokens plus the block's
+    positions resolved left to right without a gap, inside the block's extent."""
+    end, _ = policy.block_extent(event.tokens, s, s.max_new_tokens - len(committed))
+    prefix = []
+    for t in event.tokens[:end]:
+        if t == s.mask_token_id:
+            break
+        prefix.append(t)
+    return [*committed, *prefix]
+
+
+def _without_stop(tokens: list[int], s: DecodingSettings) -> list[int]:
+    return tokens[:-1] if tokens and tokens[-1] in s.stop_token_ids else tokens
+
+
+def get_coreset(backend: Backend) -> tuple[bool, float] | None:
+    """The backend's preview coreset setting: the engine's attributes, or the reference's config."""
+    if hasattr(backend, "coreset"):
+        return bool(backend.coreset), float(backend.coreset_top_p)
+    cfg = getattr(getattr(backend, "model", None), "cfg", None)
+    return (cfg.coreset_enabled, cfg.coreset_top_p) if cfg is not None else None
+
+
+def set_coreset(backend: Backend, enabled: bool, top_p: float) -> None:
+    if hasattr(backend, "coreset"):
+        backend.coreset, backend.coreset_top_p = enabled, top_p
+    elif get_coreset(backend) is not None:
+        backend.model.cfg = backend.model.cfg.with_overrides(coreset_enabled=enabled, coreset_top_p=top_p)
+
+
+def defaults_from_gguf(info: ModelInfo, eos_fallback: Sequence[int]) -> GenerationDefaults:
+    """Decoding defaults from a GGUF's `clover-moe.diffusion.*` keys (docs/design.md).
+
+    The file stores floats as f32: each is read back as the shortest decimal that f32 value
+    stands for (0.95, not 0.949999988), so thresholds compare as in the checkpoint's config.
+    """
+    keys = {k: float(str(np.float32(v))) if isinstance(v, float) else v for k, v in info.diffusion.items()}
+    eos = keys.pop("eos_token_ids", None) or list(eos_fallback)
+    return GenerationDefaults.from_dict({**keys, "eos_token_id": eos})
+
+
+class Clover:
+    """A Clover model ready for requests; the same methods and result shapes as `llama_cpp.Llama`.
+
+    `Clover(path)` runs a GGUF through the patched llama.cpp. `from_checkpoint` runs a Hugging Face
+    checkpoint directory on the numpy reference (exact but slow: for checking a conversion and for
+    tests), and `from_backend` wraps any `decode.Backend` plus a tokenizer.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        n_ctx: int = 4096,
+        n_gpu_layers: int = 0,
+        n_threads: int | None = None,
+        verbose: bool = False,
+        mode: Mode = "diffusion",
+        coreset: bool | None = None,
+        coreset_top_p: float | None = None,
+        flash_attn: bool | None = None,
+    ):
+        info = read_info(model_path)
+        if mode == "diffusion" and not info.has_diffusion_tensors:
+            raise ModelFileError(
+                f"{model_path}: no block-diffusion tensors (an --ar-only or upstream file); "
+                "use mode='ar' (--mode ar), or convert the checkpoint again without --ar-only"
+            )
+        limit = _context_limit(n_ctx)
+        from llama_cpp import _logger
+
+        from .gguf_tokenizer import GgufTokenizer
+        from .llama.engine import LlamaEngine
+
+        _logger.set_verbose(verbose)
+        engine = LlamaEngine(
+            model_path,
+            n_ctx=limit,
+            n_gpu_layers=n_gpu_layers,
+            n_threads=n_threads,
+            flash_attn=flash_attn,
+            coreset=coreset,
+            coreset_top_p=coreset_top_p,
+        )
+        tokenizer = GgufTokenizer(engine.model)
+        defaults = defaults_from_gguf(info, tokenizer.end_of_generation_ids())
+        mask = info.mask_token_id if info.mask_token_id is not None else -1
+        self._attach(engine, tokenizer, defaults, mask, str(model_path), limit, mode)
+
+    @classmethod
+    def from_backend(
+        cls,
+        backend: Backend,
+        tokenizer: Tokenizer,
+        defaults: GenerationDefaults,
+        mask_token_id: int,
+        model_name: str,
+        n_ctx: int = 0,
+        mode: Mode = "diffusion",
+    ) -> Clover:
+        """A `Clover` on any backend (tests, the reference); `n_ctx` 0 means the model's limit."""
+        self = cls.__new__(cls)
+        self._attach(backend, tokenizer, defaults, mask_token_id, model_name, _context_limit(n_ctx), mode)
+        return self
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | Path,
+        n_ctx: int = 0,
+        mode: Mode = "diffusion",
+        coreset: bool | None = None,
+        coreset_top_p: float | None = None,
+    ) -> Clover:
+        """The numpy reference on a checkpoint directory: the oracle a GGUF's output is checked against."""
+        from .reference.backend import NumpyBackend
+        from .reference.model import ReferenceModel
+
+        ck = CheckpointConfig.from_dir(path)
+        overrides = {"coreset_enabled": coreset, "coreset_top_p": coreset_top_p}
+        model = ReferenceModel.from_checkpoint(path, **{k: v for k, v in overrides.items() if v is not None})
+        tokenizer = CloverTokenizer.from_dir(path)
+        mask = ck.model.mask_token_id if ck.model.mask_token_id is not None else -1
+        return cls.from_backend(NumpyBackend(model), tokenizer, ck.generation, mask, str(path), n_ctx, mode)
+
+    def _attach(
+        self,
+        backend: Backend,
+        tokenizer: Tokenizer,
+        defaults: GenerationDefaults,
+        mask_token_id: int,
+        model_name: str,
+        context_limit: int,
+        mode: Mode,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.backend, self.tokenizer, self.defaults = backend, tokenizer, defaults
+        self.mask_token_id, self.model_path, self.n_ctx, self.mode = (
+            mask_token_id,
+            model_name,
+            context_limit,
+            mode,
+        )
+        self.think_ids = (tokenizer.token_id(THINK_START), tokenizer.token_id(THINK_END))
+        self._coreset = get_coreset(backend)
+        self._request = 0
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the model and context (the llama.cpp engine); the object is unusable afterwards."""
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> Clover:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- tokens -----------------------------------------------------------------------------------
+
+    def tokenize(self, text: bytes, add_bos: bool = False, special: bool = True) -> list[int]:
+        """Like `Llama.tokenize`: Clover adds no BOS and always recognises special tokens."""
+        return self.tokenizer.encode(text.decode("utf-8"))
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        return self.tokenizer.decode(tokens).encode("utf-8")
+
+    # -- decoding ---------------------------------------------------------------------------------
+
+    def decoding_settings(
+        self,
+        n_prompt: int,
+        max_tokens: int | None = None,
+        *,
+        block_size: int | None = None,
+        threshold: float | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        repeat_penalty: float | None = None,
+        stop_ramp_start: float | None = None,
+        stop_ramp_max: float | None = None,
+        think_ramp_start: float | None = None,
+        think_ramp_max: float | None = None,
+    ) -> DecodingSettings:
+        """The policy's settings for a request: the model's defaults, then these overrides.
+
+        `max_tokens` None (or <= 0) means the model's default budget, cut to what fits the context.
+        In AR mode blocks are one token wide, which is also what the length check then counts.
+        """
+        block = 1 if self.mode == "ar" else (block_size or self.defaults.block_size)
+        if max_tokens is None or max_tokens <= 0:
+            fits = (self.n_ctx - n_prompt) // block * block
+            max_tokens = min(self.defaults.max_new_tokens, fits) if fits > 0 else self.defaults.max_new_tokens
+        return DecodingSettings.from_defaults(
+            self.defaults,
+            self.mask_token_id,
+            block_size=block,
+            threshold=threshold,
+            max_new_tokens=max_tokens,
+            presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty,
+            repetition_penalty=repeat_penalty,
+            stop_ramp_start=stop_ramp_start,
+            stop_ramp_max=stop_ramp_max,
+            think_ramp_start=think_ramp_start,
+            think_ramp_max=think_ramp_max,
+            think_start_id=self.think_ids[0],
+            think_end_id=self.think_ids[1],
+            context_limit=self.n_ctx,
+        )
+
+    def _text(self, ids: Sequence[int]) -> str:
+        """Response text: control tokens (`<|im_end|>`, ...) vanish, as in llama-cpp-python."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def generate(
+        self, tokens: Sequence[int], s: DecodingSettings, temperature: float = 0.0, seed: int | None = None
+    ) -> Iterator[AnyEvent]:
+        """The decode events of one request (like `Llama.generate`, which yields tokens).
+
+        diffusion: a `PassEvent` per preview, a `BlockEvent` per commit; ar: a `TokenEvent` per
+        token; speculative: an `IterationEvent` per verify-and-draft pass. All end with a `Result`.
+        Sampling (temperature > 0): ar through Gumbel noise (`sampling`), speculative through
+        its own acceptance rule (a backend giving distributions); never diffusion, where one
+        pass fills many positions from one bias shared by every row.
+        """
+        _check_sampling(self.mode, temperature)
+        if self.mode == "ar":
+            backend = self.backend
+            if temperature > 0:
+                backend = GumbelBackend(backend, temperature, np.random.default_rng(seed))
+            return generate_ar(backend, tokens, s)
+        if self.mode == "speculative":
+            if not hasattr(self.backend, "verify_and_draft"):
+                raise ValueError("this backend cannot run the speculative mode (no verify_and_draft pass)")
+            spec = speculative.SpeculativeSettings(temperature=temperature, seed=seed)
+            return speculative.generate(self.backend, tokens, s, spec)
+        return generate(self.backend, tokens, s)
+
+    def _run(
+        self,
+        prompt: list[int],
+        s: DecodingSettings,
+        stop: Sequence[str],
+        reasoning: bool,
+        sampling: tuple[float, int | None],
+        on_event: EventCallback | None,
+    ) -> Iterator[list[Delta] | _Outcome]:
+        """Text deltas of one request as its tokens become final, then its `_Outcome`."""
+        self._request += 1
+        mine = self._request
+        trace, text = _Trace(self.mode, len(prompt)), TextStream(self._text, stop, reasoning)
+        events = self.generate(prompt, s, *sampling)
+        committed: list[int] = []
+        final: list[int] = []
+        finish = "stop"
+        try:
+            for event in events:
+                if self._request != mine:
+                    raise RuntimeError(
+                        "another request started on this Clover; finish or close a stream first"
+                    )
+                trace.add(event)
+                if on_event is not None:
+                    on_event(event)
+                if isinstance(event, Result):
+                    finish = event.finish_reason
+                    break
+                if isinstance(event, PassEvent):
+                    final = final_tokens(committed, event, s)
+                else:
+                    committed += appended(event)
+                    final = committed
+                deltas = text.feed(_without_stop(final, s))
+                if deltas:
+                    yield deltas
+                if text.stopped:
+                    break
+        finally:
+            events.close()
+        deltas = text.feed(_without_stop(final, s), final=True)
+        if deltas:
+            yield deltas
+        yield _Outcome("stop" if text.stopped else finish, text.n_tokens, trace.stats())
+
+    def _prepare(
+        self,
+        prompt: list[int],
+        max_tokens: int | None,
+        temperature: float,
+        top_p: float,
+        top_k: int,
+        coreset: bool | None,
+        coreset_top_p: float | None,
+        overrides: dict[str, Any],
+    ) -> DecodingSettings:
+        """Validate a request before any pass runs: sampling options, coreset, length."""
+        _check_sampling(self.mode, temperature, top_p, top_k)
+        s = self.decoding_settings(len(prompt), max_tokens, **overrides)
+        policy.check_length(len(prompt), s)
+        if self._coreset is not None and (coreset is not None or coreset_top_p is not None):
+            set_coreset(
+                self.backend,
+                self._coreset[0] if coreset is None else coreset,
+                self._coreset[1] if coreset_top_p is None else coreset_top_p,
+            )
+        return s
+
+    def create_completion(
+        self,
+        prompt: str | list[int],
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        stop: str | list[str] | None = None,
+        stream: bool = False,
+        seed: int | None = None,
+        model: str | None = None,
+        *,
+        coreset: bool | None = None,
+        coreset_top_p: float | None = None,
+        on_event: EventCallback | None = None,
+        **settings: Any,
+    ) -> dict[str, Any] | Iterator[dict[str, Any]]:
+        """Complete a raw prompt (no chat template), like `Llama.create_completion`.
+
+        Clover extras: `block_size`, `threshold`, `presence_penalty`, `frequency_penalty`,
+        `repeat_penalty`, the `stop_ramp_*` / `think_ramp_*` ramps (model defaults when omitted),
+        `coreset` / `coreset_top_p` for previews, and `on_event`, called with every decode event.
+        Raises `RequestTooLong` (a ValueError) before any work when the request cannot fit.
+        """
+        ids = prompt if isinstance(prompt, list) else self.tokenizer.encode(prompt)
+        s = self._prepare(ids, max_tokens, temperature, top_p, top_k, coreset, coreset_top_p, settings)
+        steps = self._run(ids, s, _stops(stop), False, (temperature, seed), on_event)
+        head = {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time())}
+        head["model"] = model or self.model_path
+        if stream:
+            return self._completion_chunks(head, steps, len(ids))
+        text, outcome = _collect(steps)
+        choice = {"text": text[CONTENT], "index": 0, "logprobs": None, "finish_reason": outcome.finish_reason}
+        return {**head, "choices": [choice], **_usage(len(ids), outcome)}
+
+    def _completion_chunks(
+        self, head: dict[str, Any], steps: Iterator[list[Delta] | _Outcome], n_prompt: int
+    ) -> Iterator[dict[str, Any]]:
+        for step in steps:
+            if isinstance(step, _Outcome):
+                choice = {"text": "", "index": 0, "logprobs": None, "finish_reason": step.finish_reason}
+                yield {**head, "choices": [choice], **_usage(n_prompt, step)}
+                return
+            for _, delta in step:
+                yield {
+                    **head,
+                    "choices": [{"text": delta, "index": 0, "logprobs": None, "finish_reason": None}],
+                }
+
+    def create_chat_completion(
+        self,
+        messages: list[dict[str, Any]],
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        stream: bool = False,
+        stop: str | list[str] | None = None,
+        seed: int | None = None,
+        max_tokens: int | None = None,
+        model: str | None = None,
+        *,
+        thinking: bool = True,
+        coreset: bool | None = None,
+        coreset_top_p: float | None = None,
+        on_event: EventCallback | None = None,
+        **settings: Any,
+    ) -> dict[str, Any] | Iterator[dict[str, Any]]:
+        """Answer a conversation, like `Llama.create_chat_completion`, with the model's chat template.
+
+        `thinking` is the template's `enable_thinking`; with it the text up to `</think>` goes to
+        `message.reasoning_content` (`delta.reasoning_content` when streaming) and the rest to
+        `content`. Other extras as in `create_completion`.
+        """
+        ids = self.tokenizer.encode(self.tokenizer.render_chat(messages, enable_thinking=thinking))
+        s = self._prepare(ids, max_tokens, temperature, top_p, top_k, coreset, coreset_top_p, settings)
+        reasoning = policy.thinking(ids, [], s)
+        steps = self._run(ids, s, _stops(stop), reasoning, (temperature, seed), on_event)
+        head = {"id": f"chatcmpl-{uuid.uuid4()}", "object": "chat.completion", "created": int(time.time())}
+        head["model"] = model or self.model_path
+        if stream:
+            return self._chat_chunks({**head, "object": "chat.completion.chunk"}, steps, len(ids))
+        text, outcome = _collect(steps)
+        message: dict[str, Any] = {"role": "assistant", "content": text[CONTENT]}
+        if reasoning:
+            message[REASONING] = text[REASONING]
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": outcome.finish_reason}
+        return {**head, "choices": [choice], **_usage(len(ids), outcome)}
+
+    def _chat_chunks(
+        self, head: dict[str, Any], steps: Iterator[list[Delta] | _Outcome], n_prompt: int
+    ) -> Iterator[dict[str, Any]]:
+        def chunk(delta: dict[str, str], finish: str | None = None) -> dict[str, Any]:
+            return {
+                **head,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            }
+
+        yield chunk({"role": "assistant"})
+        for step in steps:
+            if isinstance(step, _Outcome):
+                yield {**chunk({}, step.finish_reason), **_usage(n_prompt, step)}
+                return
+            for name, delta in step:
+                yield chunk({name: delta})
+
+    __call__ = create_completion
+
+
+def _context_limit(n_ctx: int) -> int:
+    if n_ctx > CONTEXT_LIMIT:
+        raise ValueError(
+            f"n_ctx {n_ctx} exceeds the model's limit of {CONTEXT_LIMIT} tokens (prompt and response)"
+        )
+    return n_ctx if n_ctx > 0 else CONTEXT_LIMIT
+
+
+def _check_sampling(mode: str, temperature: float, top_p: float = 1.0, top_k: int = 0) -> None:
+    """Sampling exists in AR mode only, and without truncation (see `Clover.generate`)."""
+    if temperature <= 0:
+        return
+    if mode == "diffusion":
+        raise ValueError(
+            "temperature > 0 needs mode 'ar' or 'speculative': block diffusion decodes greedily, "
+            "one pass filling many positions from one shared logit bias"
+        )
+    if top_k > 0 or top_p < 1.0:
+        raise ValueError(
+            "top_k / top_p truncation is not supported: the backend returns each row's argmax only; "
+            "sample with temperature alone (top_k=0, top_p=1.0)"
+        )
+
+
+def _stops(stop: str | list[str] | None) -> list[str]:
+    return [stop] if isinstance(stop, str) else list(stop or [])
+
+
+def _collect(steps: Iterator[list[Delta] | _Outcome]) -> tuple[dict[str, str], _Outcome]:
+    text = {CONTENT: "", REASONING: ""}
+    for step in steps:
+        if isinstance(step, _Outcome):
+            return text, step
+        for name, delta in step:
+            text[name] += delta
+    raise AssertionError("a request ended without an outcome")
+
+
+def _usage(n_prompt: int, outcome: _Outcome) -> dict[str, Any]:
+    usage = {
+        "prompt_tokens": n_prompt,
+        "completion_tokens": outcome.completion_tokens,
+        "total_tokens": n_prompt + outcome.completion_tokens,
+    }
+    return {"usage": usage, "clover": outcome.stats}

@@ -1,0 +1,260 @@
+"""`clover chat`: a multi-turn conversation in the terminal, streamed as blocks resolve.
+
+Reasoning is shown dimmed; `/think on|off` switches the template's thinking mode. Ctrl-C stops
+the answer being written (the turn is dropped, the conversation stays as it was), Ctrl-D at the
+prompt exits. A line ending in `\\` continues on the next one; `\"\"\"` opens and closes a block of
+lines. `/save` and `/load` keep conversations as JSON: `{"thinking": bool, "messages": [...]}`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+
+from .api import Clover
+from .visual import BlockView
+
+PROMPT, MORE = ">>> ", "... "
+FENCE = '"""'
+HELP = """\
+/help               this help
+/think on|off       thinking mode (reasoning shown dimmed)
+/system TEXT        set the system prompt (and start over)
+/reset              forget the conversation (keeps the system prompt)
+/set NAME VALUE     a decoding option: max_tokens, threshold, block_size, temperature, ...
+/save FILE          save the conversation as JSON
+/load FILE          load a conversation saved with /save
+/exit               quit (or Ctrl-D)
+End a line with \\ to continue it; \"\"\" opens and closes a block of lines.
+Ctrl-C stops an answer."""
+
+SETTABLE: dict[str, type] = {
+    "max_tokens": int,
+    "block_size": int,
+    "threshold": float,
+    "temperature": float,
+    "seed": int,
+    "coreset_top_p": float,
+    "presence_penalty": float,
+    "frequency_penalty": float,
+    "repeat_penalty": float,
+    "stop_ramp_start": float,
+    "stop_ramp_max": float,
+    "think_ramp_start": float,
+    "think_ramp_max": float,
+}
+
+
+class ChatSession:
+    """The conversation state and the terminal loop around `Clover.create_chat_completion`."""
+
+    def __init__(
+        self,
+        clover: Clover,
+        console: Console,
+        system: str | None = None,
+        thinking: bool = True,
+        visual: bool = False,
+        read: Callable[[str], str] = input,
+        **request: Any,
+    ):
+        self.clover, self.console, self.visual, self.read = clover, console, visual, read
+        self.thinking, self.request = thinking, request
+        self.messages: list[dict[str, Any]] = []
+        self.system = system
+        self._field: str | None = None  # the field the last printed delta belonged to
+        self.reset()
+
+    # -- conversation -----------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps({"thinking": self.thinking, "messages": self.messages}, indent=2) + "\n")
+
+    def load(self, path: Path) -> None:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        messages = data["messages"] if isinstance(data, dict) else data
+        if not isinstance(messages, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages
+        ):
+            raise ValueError(f"{path}: expected a list of messages with role and content")
+        self.messages = messages
+        self.thinking = bool(data.get("thinking", self.thinking)) if isinstance(data, dict) else self.thinking
+        self.system = messages[0]["content"] if messages and messages[0]["role"] == "system" else None
+
+    # -- terminal loop ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.note("Clover chat: /help for commands, Ctrl-D to quit")
+        while True:
+            try:
+                text = self.read_message()
+            except EOFError:
+                self.console.print()
+                return
+            except KeyboardInterrupt:
+                self.console.print()
+                self.note("Use Ctrl-D or /exit to quit.")
+                continue
+            if not text.strip():
+                continue
+            if text.startswith("/"):
+                if not self.command(text.strip()):
+                    return
+                continue
+            self.ask(text)
+
+    def read_message(self) -> str:
+        """One message: a line, lines joined by trailing backslashes, or a \"\"\" block."""
+        line = self.read(PROMPT)
+        if line.strip() == FENCE or (line.startswith(FENCE) and not line.rstrip().endswith(FENCE)):
+            lines = [line.strip()[len(FENCE) :]] if line.strip() != FENCE else []
+            while True:
+                nxt = self.read(MORE)
+                if nxt.rstrip().endswith(FENCE):
+                    lines.append(nxt.rstrip()[: -len(FENCE)])
+                    return "\n".join(lines).strip("\n")
+                lines.append(nxt)
+        lines = []
+        while line.endswith("\\"):
+            lines.append(line[:-1])
+            line = self.read(MORE)
+        return "\n".join([*lines, line])
+
+    def command(self, line: str) -> bool:
+        """Run a slash command; False means quit."""
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        if name in ("/exit", "/quit", "/bye"):
+            return False
+        if name == "/help":
+            self.console.print(HELP, markup=False, highlight=False)
+        elif name == "/think" and arg in ("on", "off"):
+            self.thinking = arg == "on"
+            self.note(f"thinking {arg}")
+        elif name == "/system" and arg:
+            self.system = arg
+            self.reset()
+            self.note("system prompt set; conversation reset")
+        elif name == "/reset":
+            self.reset()
+            self.note("conversation reset")
+        elif name == "/set":
+            self.set_option(arg)
+        elif name in ("/save", "/load") and arg:
+            try:
+                (self.save if name == "/save" else self.load)(Path(arg).expanduser())
+            except (OSError, ValueError, KeyError) as e:
+                self.error(str(e))
+                return True
+            turns = sum(m["role"] == "user" for m in self.messages)
+            self.note(f"{'saved' if name == '/save' else 'loaded'} {turns} turns: {arg}")
+        else:
+            self.error(f"unknown command {line!r}; /help lists them")
+        return True
+
+    def set_option(self, arg: str) -> None:
+        """`/set NAME VALUE` for a numeric request option; `/set` alone lists them."""
+        key, _, value = arg.partition(" ")
+        if not key:
+            self.note(
+                ", ".join(f"{k}={v}" for k, v in sorted(self.request.items()) if k != "stop") or "defaults"
+            )
+            return
+        if key not in SETTABLE:
+            self.error(f"/set knows {', '.join(SETTABLE)}")
+            return
+        try:
+            self.request[key] = SETTABLE[key](value)
+        except ValueError:
+            self.error(f"/set {key}: {value!r} is not a number")
+            return
+        self.note(f"{key} = {self.request[key]}")
+
+    def note(self, text: str) -> None:
+        self.console.print(text, style="dim", markup=False, highlight=False)
+
+    def error(self, text: str) -> None:
+        self.console.print(f"[red]error:[/red] {escape(text)}", highlight=False)
+
+    def ask(self, text: str) -> None:
+        """Stream the answer to `text`; on Ctrl-C drop the turn and keep the conversation as it was."""
+        messages = [*self.messages, {"role": "user", "content": text}]
+        view = BlockView(self.clover._text, self.clover.mask_token_id, reasoning=self.thinking)
+        try:
+            stream = self.clover.create_chat_completion(
+                messages,
+                stream=True,
+                thinking=self.thinking,
+                on_event=view.update if self.visual else None,
+                **self.request,
+            )
+        except ValueError as e:  # too long for the context, bad option values: say so, keep going
+            self.error(str(e))
+            return
+        self._field = None
+        try:
+            if self.visual:
+                with Live(view, console=self.console, refresh_per_second=20, transient=True):
+                    answer, final = drain(stream)
+                self._show(answer)
+            else:
+                answer, final = drain(stream, self._print_delta)
+        except KeyboardInterrupt:
+            stream.close()
+            self.console.print("\n(stopped)", style="yellow", highlight=False)
+            return
+        self.console.print()
+        reply = {"role": "assistant", "content": answer["content"]}
+        if answer["reasoning_content"]:
+            reply["reasoning_content"] = answer["reasoning_content"]
+        self.messages = [*messages, reply]
+        self.console.print(_stats_line(final), style="dim", highlight=False)
+
+    def _print_delta(self, name: str, delta: str) -> None:
+        if self._field not in (None, name):  # reasoning done: the answer starts on a new line
+            self.console.print()
+        self._field = name
+        style = "dim" if name == "reasoning_content" else None
+        self.console.print(delta, end="", style=style, markup=False, highlight=False, soft_wrap=True)
+
+    def _show(self, answer: dict[str, str]) -> None:
+        if answer["reasoning_content"]:
+            self.console.print(answer["reasoning_content"], style="dim", markup=False, highlight=False)
+        self.console.print(answer["content"], end="", markup=False, highlight=False, soft_wrap=True)
+
+
+def drain(
+    stream: Iterator[dict[str, Any]], on_delta: Callable[[str, str], None] | None = None
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """Read a completion or chat stream to its end: the text per field, and the last chunk
+    (finish reason, usage, statistics). `on_delta(field, text)` sees each piece as it comes."""
+    fields, last = {"content": "", "reasoning_content": ""}, {}
+    for chunk in stream:
+        choice = chunk["choices"][0]
+        for name, delta in (choice["delta"] if "delta" in choice else {"content": choice["text"]}).items():
+            if name in fields and delta:
+                fields[name] += delta
+                if on_delta is not None:
+                    on_delta(name, delta)
+        last = chunk
+    return fields, last
+
+
+def _stats_line(final: dict[str, Any]) -> str:
+    st, usage = final.get("clover", {}), final.get("usage", {})
+    n = usage.get("completion_tokens", 0)
+    parts = [f"{n} tokens", f"{st.get('passes', 0)} passes"]
+    if st.get("mode") == "diffusion":
+        parts.append(f"{st.get('mean_tokens_per_pass', 0):.2f} tokens/pass")
+    parts.append(f"{st.get('generation_tokens_per_s', 0):.1f} tok/s")
+    return "[" + ", ".join(parts) + "]"

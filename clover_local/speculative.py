@@ -1,0 +1,369 @@
+"""Self-speculative decoding (CLOVER.md 2.5): the preview drafts, the causal pass verifies, in one pass.
+
+Terms. The backend's sequence holds n committed positions. The *pending* token is the next
+response token, already decided (the causal pick at row n-1, or a sample of it) but not yet in the
+state. A *draft* d_1..d_k proposes positions n+1..n+k, k <= block_size - 1, so that pending token
+and draft fill at most one block.
+
+One iteration is one backend call (`SpeculativeBackend.verify_and_draft`): the rows
+[pending, d_1..d_k] run causally at positions n..n+k (K/V appended, GDN state advanced), and in the
+same pass a preview of `block_size` mask rows runs at positions n+k+1.. over the state those rows
+produce. Alignment (logit shift 1): causal row j predicts position n+j+1, so d_{j+1} is checked
+against row j; preview row i predicts position n+k+2+i, the bonus token filling n+k+1.
+
+Acceptance: greedy keeps the longest draft prefix equal to the causal picks; sampled keeps d_j
+with probability min(1, p(d_j)/q(d_j)) and on the first rejection samples from
+normalize(max(0, p - q)) (Leviathan et al. 2023), so the output has exactly `ar`'s distribution.
+The causal pick (or sample) after the last kept row is the bonus: the next pending token. So an
+iteration appends 1 + accepted tokens to the response; with an empty draft it is one `ar` step.
+
+Partial acceptance (a < k): the backend rolls back to n+1+a positions. The preview of that pass
+ran over a state holding the rejected rows, so it is discarded and the next iteration verifies
+the bonus alone and drafts in the same pass: no extra pass and never a stale draft.
+
+Stops and budget: one policy (`policy`) for every mode. Row j's adjustment counts the response
+plus rows[:j+1] (`RowAdjustments`), exactly as `decode.generate_ar`'s step would; a draft is cut
+after its first stop token and to the remaining budget, and every returned token is committed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from . import policy
+from .decode import Backend, Result
+from .policy import DecodingSettings, LogitAdjustment
+
+
+@dataclass(frozen=True)
+class RowAdjustments:
+    """Per-row logit adjustments of a causal pass: one shared base plus, per row, values at a few ids.
+
+    Row j predicts the token that follows rows[:j+1], so its penalties and ramps count the
+    response plus those rows (as one `ar` step each would). Against the base (the response alone)
+    that changes only the rows' own tokens, the stop tokens (stop ramp) and `</think>` (think
+    ramp): `ids` holds those, so a graph uploads the base once and [rows, len(ids)] numbers more.
+    """
+
+    base: LogitAdjustment
+    ids: np.ndarray  # [K] token ids whose values differ between rows
+    pos_scale: np.ndarray  # [rows, K]
+    neg_scale: np.ndarray  # [rows, K]
+    bias: np.ndarray  # [rows, K]
+
+    @classmethod
+    def constant(cls, adj: LogitAdjustment, n_rows: int) -> RowAdjustments:
+        """The same adjustment for every row (a prompt row: nothing it appends counts)."""
+        empty = np.zeros((n_rows, 0), dtype=np.float32)
+        return cls(adj, np.zeros(0, dtype=np.int64), empty, empty, empty)
+
+    @classmethod
+    def for_rows(
+        cls,
+        s: DecodingSettings,
+        vocab_size: int,
+        prompt: Sequence[int],
+        response: Sequence[int],
+        rows: Sequence[int],
+    ) -> RowAdjustments:
+        """Adjustments of causal rows that append `rows` (response tokens) after `response`."""
+        touched = {*rows, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])}
+        ids = np.array(sorted(t for t in touched if 0 <= t < vocab_size), dtype=np.int64)
+        per_row = [
+            policy.adjustment_at(s, ids, prompt, [*response, *rows[: j + 1]]) for j in range(len(rows))
+        ]
+        values = [np.stack([getattr(a, f) for a in per_row]) for f in ("pos_scale", "neg_scale", "bias")]
+        return cls(policy.adjustment(s, vocab_size, prompt, response), ids, *values)
+
+    def __len__(self) -> int:
+        return self.bias.shape[0]
+
+    def row(self, j: int) -> LogitAdjustment:
+        """Row j's full adjustment."""
+        b = self.base
+        pos, neg, bias = b.pos_scale.copy(), b.neg_scale.copy(), b.bias.copy()
+        pos[self.ids], neg[self.ids], bias[self.ids] = self.pos_scale[j], self.neg_scale[j], self.bias[j]
+        return LogitAdjustment(pos, neg, bias)
+
+    def last(self) -> LogitAdjustment:
+        """The adjustment of the preview rows: the last causal row's (the base when there is none)."""
+        return self.row(len(self) - 1) if len(self) else self.base
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What one speculative pass returns: O(block) numbers greedy, full rows only when sampling.
+
+    `tokens` / `probs`: per causal row the argmax after that row's adjustment and its probability
+    (`policy.pick`); row j predicts position start + j + 1. `draft_tokens` / `draft_probs`: the
+    same for the preview rows under `RowAdjustments.last()`; row i predicts position
+    start + len(causal rows) + i + 1. With temperature > 0, `dist` / `draft_dist` hold the rows'
+    sampling distributions (`policy.distribution`), else None.
+    """
+
+    tokens: np.ndarray
+    probs: np.ndarray
+    draft_tokens: np.ndarray
+    draft_probs: np.ndarray
+    dist: np.ndarray | None = None  # [causal rows, V]
+    draft_dist: np.ndarray | None = None  # [preview rows, V]
+
+
+class SpeculativeBackend(Backend, Protocol):
+    """A `Backend` that can verify a draft and draft the next block in one pass, and roll back."""
+
+    def verify_and_draft(
+        self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
+    ) -> Verification:
+        """One pass: `tokens` run causally after the sequence (appended, with a recurrent-state
+        snapshot after every row), then `preview` (mask ids, or draft tokens when refining) runs as
+        a denoising block right after them over the state they produce, writing nothing.
+
+        `tokens` may be empty (a plain preview) and `preview` may be empty (a plain commit). Causal
+        row j uses `adjs.row(j)`, preview rows `adjs.last()`; temperature > 0 asks for the
+        distributions too (a graph could instead sample in place from one uniform per row).
+        """
+        ...
+
+    def rollback(self, n_keep: int) -> None:
+        """Truncate the sequence to its first `n_keep` positions: 0 (empty), or anywhere from the
+        start of the last `verify_and_draft`'s causal rows to the end (K/V cut, GDN conv and
+        recurrent state restored from that pass's snapshot)."""
+        ...
+
+
+@dataclass(frozen=True)
+class SpeculativeSettings:
+    """Draft controls and sampling of the `speculative` mode (the policy stays `DecodingSettings`)."""
+
+    draft_len: int | None = None  # most drafted tokens per iteration; None: block_size - 1
+    refinements: int = 0  # preview passes refining a draft before it is verified; 0: the fused pass only
+    draft_threshold: float = 0.0  # cut a draft before its first row less confident than this
+    adaptive: bool = True  # adapt the draft length to the acceptance (`DraftLength`)
+    probe_after: int = 4  # adaptive: plain `ar` steps before drafting again once the length hit 0
+    temperature: float = 0.0  # 0: greedy
+    seed: int | None = None  # sampling seed
+
+    def draft_limit(self, s: DecodingSettings) -> int:
+        """The draft length limit, checked: pending token + draft fill at most one block."""
+        n = s.block_size - 1 if self.draft_len is None else self.draft_len
+        if not 0 <= n <= s.block_size - 1:
+            raise ValueError(f"draft_len {n} outside 0..{s.block_size - 1} (block_size - 1)")
+        if self.refinements < 0 or self.temperature < 0 or self.probe_after < 1:
+            raise ValueError("refinements and temperature must be >= 0, probe_after >= 1")
+        return n
+
+
+@dataclass
+class DraftLength:
+    """Adaptive draft length (slow start): after a verification of k >= 1 drafted tokens with a
+    accepted, the length doubles (at most `limit`) if all were accepted, else it drops to a, the
+    run that agreed. At 0 the iterations are plain `ar` steps without a preview; after
+    `probe_after` of them the length goes back to 1 to measure again. Without `adaptive` it
+    stays at `limit`.
+    """
+
+    limit: int
+    adaptive: bool = True
+    probe_after: int = 4
+    length: int = field(init=False)
+    _ar_steps: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.length = self.limit
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if not self.adaptive:
+            return
+        if drafted:
+            self.length = min(self.limit, 2 * self.length) if accepted == drafted else accepted
+            self._ar_steps = 0
+        elif self.length == 0:
+            self._ar_steps += 1
+            if self._ar_steps >= self.probe_after:
+                self.length, self._ar_steps = min(1, self.limit), 0
+
+
+@dataclass(frozen=True)
+class IterationEvent:
+    """One iteration: the draft it verified, what it appended, and its cost."""
+
+    index: int
+    position: int  # sequence position of the pending token (the pass's row 0)
+    draft: tuple[int, ...]  # the drafted tokens verified after the pending token
+    accepted: int  # how many of them were kept
+    tokens: tuple[int, ...]  # appended to the response: the pending token + the accepted drafts
+    passes: int  # backend passes: the fused one + refinements
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SpeculativeResult(Result):
+    """`Result` of the speculative mode; `tokens_per_pass` holds the tokens of each iteration."""
+
+    draft_lengths: tuple[int, ...] = ()
+    accepted: tuple[int, ...] = ()
+    iteration_seconds: tuple[float, ...] = ()
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted drafted tokens / drafted tokens (0 without drafts)."""
+        drafted = sum(self.draft_lengths)
+        return sum(self.accepted) / drafted if drafted else 0.0
+
+    @property
+    def mean_tokens_per_iteration(self) -> float:
+        return len(self.tokens) / len(self.accepted) if self.accepted else 0.0
+
+    @property
+    def ms_per_iteration(self) -> float:
+        return (
+            1000 * sum(self.iteration_seconds) / len(self.iteration_seconds)
+            if self.iteration_seconds
+            else 0.0
+        )
+
+
+@dataclass(frozen=True)
+class _Draft:
+    """Drafted tokens and, sampling, the distributions q they were drawn from."""
+
+    tokens: tuple[int, ...] = ()
+    dist: np.ndarray | None = None
+
+    def cut(self, n: int) -> _Draft:
+        return _Draft(self.tokens[:n], None if self.dist is None else self.dist[:n])
+
+
+def _sample(rng: np.random.Generator, weights: np.ndarray) -> int:
+    """One token drawn from unnormalised non-negative weights (inverse CDF, one uniform)."""
+    cdf = np.cumsum(weights)
+    return min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), len(weights) - 1)
+
+
+def _propose(v: Verification, length: int, threshold: float, rng: np.random.Generator) -> _Draft:
+    """A draft from a pass's preview rows: at most `length` rows, cut before the first row whose
+    confidence (argmax probability) is below `threshold`; drawn from the rows' distributions when
+    sampling.
+
+    The cut reads the distributions only, never the drawn tokens: a draft token kept because of
+    its own value would not be distributed as q, and the acceptance rule would be biased.
+    """
+    n = min(length, len(v.draft_tokens))
+    low = np.flatnonzero(v.draft_probs[:n] < threshold)
+    n = int(low[0]) if low.size else n
+    if v.draft_dist is None:
+        return _Draft(tuple(int(t) for t in v.draft_tokens[:n]))
+    return _Draft(tuple(_sample(rng, v.draft_dist[i]) for i in range(n)), v.draft_dist[:n])
+
+
+def _accept(v: Verification, draft: _Draft, rng: np.random.Generator) -> tuple[int, int]:
+    """(accepted drafted tokens, bonus token) of a verification (module docstring)."""
+    if v.dist is None:
+        agree = [d == int(t) for d, t in zip(draft.tokens, v.tokens[:-1], strict=True)]
+        a = agree.index(False) if False in agree else len(draft.tokens)
+        return a, int(v.tokens[a])
+    assert draft.dist is not None or not draft.tokens
+    for i, x in enumerate(draft.tokens):
+        p, q = v.dist[i], draft.dist[i]
+        if rng.random() * q[x] >= p[x]:
+            residual = np.maximum(p - q, 0.0)
+            return i, _sample(rng, residual if residual.sum() > 0 else p)
+    return len(draft.tokens), _sample(rng, v.dist[len(draft.tokens)])
+
+
+def generate(
+    backend: SpeculativeBackend,
+    prompt: Sequence[int],
+    s: DecodingSettings,
+    spec: SpeculativeSettings | None = None,
+) -> Iterator[IterationEvent | SpeculativeResult]:
+    """Run one request in the `speculative` mode; yields an `IterationEvent` per iteration, then the
+    `SpeculativeResult`. Greedy output equals `decode.generate_ar`'s; sampled output has its
+    distribution. Afterwards the state holds the prompt followed by `Result.tokens`.
+    """
+    spec = spec or SpeculativeSettings()
+    if s.logit_shift != 1:
+        raise ValueError(
+            "speculative decoding needs logit_shift 1: causal rows must predict the next position"
+        )
+    prompt, limit = list(prompt), spec.draft_limit(s)
+    policy.check_length(len(prompt), s)
+    rng, temp, vocab = np.random.default_rng(spec.seed), spec.temperature, backend.vocab_size
+    lengths = DraftLength(limit, spec.adaptive, spec.probe_after)
+    stops, masks = set(s.stop_token_ids), [s.mask_token_id] * s.block_size
+    start = time.perf_counter()
+
+    def preview_fits(position: int) -> bool:
+        """A preview block at `position` (the bonus's) helps only if a draft is wanted and fits."""
+        return lengths.length > 0 and position + s.block_size <= s.context_limit
+
+    # The prompt's last row is a pass of its own: its pick is the first token, its preview the first draft.
+    adj = policy.adjustment(s, vocab, prompt, [])
+    if len(prompt) > 1:
+        backend.prefill(prompt[:-1], adj)
+    else:
+        backend.rollback(0)
+    drafting = s.max_new_tokens > 1 and preview_fits(len(prompt))
+    v = backend.verify_and_draft(
+        prompt[-1:], RowAdjustments.constant(adj, 1), masks if drafting else [], temp
+    )
+    pending = int(v.tokens[0]) if v.dist is None else _sample(rng, v.dist[0])
+    draft = _propose(v, lengths.length, spec.draft_threshold, rng)
+    prefill_seconds = time.perf_counter() - start
+
+    response: list[int] = []
+    drafted, accepted, per_iteration, seconds = [], [], [], []
+    finish = "length"
+    while len(response) < s.max_new_tokens:
+        t0, position, passes = time.perf_counter(), len(prompt) + len(response), 1
+        room = s.max_new_tokens - len(response) - 1  # positions left after the pending token
+        draft = draft.cut(0 if pending in stops else room)
+        for _ in range(spec.refinements if draft.tokens else 0):
+            block = [pending, *draft.tokens, *masks][: s.block_size]
+            seen = policy.resolved_response(response, block, s.mask_token_id)
+            r = backend.verify_and_draft(
+                [], RowAdjustments.constant(policy.adjustment(s, vocab, prompt, seen), 0), block, temp
+            )
+            draft = _propose(r, len(draft.tokens), spec.draft_threshold, rng)
+            passes += 1
+        draft = draft.cut(next((i + 1 for i, t in enumerate(draft.tokens) if t in stops), len(draft.tokens)))
+        rows = [pending, *draft.tokens]
+        adjs = RowAdjustments.for_rows(s, vocab, prompt, response, rows)
+        ends = any(t in stops for t in rows) or len(draft.tokens) == room  # if every draft token is kept
+        wanted = not ends and preview_fits(position + len(rows))
+        v = backend.verify_and_draft(rows, adjs, masks if wanted else [], temp)
+        a, bonus = _accept(v, draft, rng)
+        kept = rows[: a + 1]
+        response += kept
+        if a < len(draft.tokens):
+            backend.rollback(len(prompt) + len(response))
+        lengths.update(len(draft.tokens), a)
+        # the pass's preview saw every causal row: a valid draft only if none was rejected
+        draft = _propose(v, lengths.length, spec.draft_threshold, rng) if a == len(draft.tokens) else _Draft()
+        drafted.append(len(rows) - 1)
+        accepted.append(a)
+        per_iteration.append(len(kept))
+        seconds.append(time.perf_counter() - t0)
+        yield IterationEvent(len(seconds) - 1, position, tuple(rows[1:]), a, tuple(kept), passes, seconds[-1])
+        if kept[-1] in stops:
+            finish = "stop"
+            break
+        pending = bonus
+    yield SpeculativeResult(
+        tuple(response),
+        finish,
+        len(prompt),
+        (),
+        tuple(per_iteration),
+        prefill_seconds,
+        time.perf_counter() - start,
+        tuple(drafted),
+        tuple(accepted),
+        tuple(seconds),
+    )

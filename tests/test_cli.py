@@ -1,0 +1,241 @@
+"""The `clover` command as a user runs it (real subprocesses): `generate` equals the reference's
+generation loop token for token and pass for pass, `bench` reports its measures, bad input ends
+in one `error:` line, and Hugging Face model specs resolve to the right files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gguf import GGUFWriter
+
+from clover_local import llama
+from clover_local.config import CheckpointConfig
+from clover_local.decode import generate, last_result
+from clover_local.model_info import ModelFileError
+from clover_local.model_source import HubFile, parse_spec, pick_files
+from clover_local.policy import DecodingSettings
+from clover_local.reference.backend import NumpyBackend
+from clover_local.reference.model import ReferenceModel
+from clover_local.tokenizer import THINK_END, THINK_START, CloverTokenizer
+
+CLOVER = str(Path(sys.executable).with_name("clover"))
+PROMPT = "What is the capital of France?"
+# penalties and ramps as options, and the policy's names for the same values
+OPTIONS = {
+    "--presence-penalty": 0.5,
+    "--repeat-penalty": 1.3,
+    "--stop-ramp-start": 0.2,
+    "--stop-ramp-max": 3.0,
+    "--think-ramp-start": 0.0,
+    "--think-ramp-max": 40.0,
+}
+SETTINGS = {
+    "presence_penalty": 0.5,
+    "repetition_penalty": 1.3,
+    "stop_ramp_start": 0.2,
+    "stop_ramp_max": 3.0,
+    "think_ramp_start": 0.0,
+    "think_ramp_max": 40.0,
+}
+
+
+def clover(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CLOVER, *args], capture_output=True, text=True, input=stdin, timeout=300)
+
+
+def reference_run(ckpt: Path, ids: list[int], **kw: object):
+    ck = CheckpointConfig.from_dir(ckpt)
+    tok = CloverTokenizer.from_dir(ckpt)
+    s = DecodingSettings.from_defaults(
+        ck.generation,
+        ck.model.mask_token_id,
+        think_start_id=tok.token_id(THINK_START),
+        think_end_id=tok.token_id(THINK_END),
+        **kw,
+    )
+    return last_result(generate(NumpyBackend(ReferenceModel.from_checkpoint(ckpt)), ids, s)), s
+
+
+def one_error_line(res: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == code and len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert "Traceback" not in res.stderr and res.stdout == ""
+    return lines[0]
+
+
+def test_generate_json_is_the_reference_trace_with_penalties_and_ramps(tiny_checkpoint):
+    opts = [x for k, v in OPTIONS.items() for x in (k, str(v))]
+    res = clover(
+        "generate", str(tiny_checkpoint), "--backend", "reference", "-p", PROMPT, "-n", "48", *opts, "--json"
+    )
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    tok = CloverTokenizer.from_dir(tiny_checkpoint)
+    want, s = reference_run(
+        tiny_checkpoint, tok.encode_chat([{"role": "user", "content": PROMPT}]), max_new_tokens=48, **SETTINGS
+    )
+    assert got["clover"]["tokens"] == list(want.tokens)
+    assert got["clover"]["passes_per_block"] == list(want.passes_per_block)
+    assert got["clover"]["tokens_per_pass"] == list(want.tokens_per_pass)
+    assert got["clover"]["passes"] == len(want.tokens_per_pass) and got["finish_reason"] == want.finish_reason
+    text = tok.decode([t for t in want.tokens if t not in s.stop_token_ids], skip_special_tokens=True)
+    reasoning, _, content = text.partition(THINK_END)
+    assert (got["reasoning_content"], got["content"]) == (reasoning.rstrip(), content.lstrip("\n"))
+
+    plain = clover(
+        "generate", str(tiny_checkpoint), "--backend", "reference", "-p", PROMPT, "-n", "48", *opts
+    )
+    assert plain.returncode == 0 and plain.stdout == got["content"] + "\n"  # the answer on stdout
+
+
+def test_generate_raw_prompt_from_a_file(tiny_checkpoint, tmp_path):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("The capital of France is")
+    res = clover(
+        "generate", str(tiny_checkpoint), "--backend", "reference", "--raw", "-f", str(prompt), "-n", "20"
+    )
+    tok = CloverTokenizer.from_dir(tiny_checkpoint)
+    want, s = reference_run(tiny_checkpoint, tok.encode("The capital of France is"), max_new_tokens=20)
+    text = tok.decode([t for t in want.tokens if t not in s.stop_token_ids], skip_special_tokens=True)
+    assert res.returncode == 0 and res.stdout == text + "\n"
+
+
+def test_bench_reports_every_measure(tiny_checkpoint):
+    sizes = ["--prompt-tokens", "40", "--gen-tokens", "32", "--repeats", "1"]
+    res = clover("bench", str(tiny_checkpoint), "--backend", "reference", *sizes, "--json")
+    assert res.returncode == 0, res.stderr
+    b = json.loads(res.stdout)
+    assert b["prompt_tokens"] == 40 and b["block_size"] == 32
+    for key in (
+        "prefill_ms",
+        "preview_ms",
+        "commit_ms",
+        "ar_step_ms",
+        "prompt_tokens_per_s",
+        "ar_tokens_per_s",
+    ):
+        assert b[key] > 0
+    g = b["generation"]
+    assert g["tokens"] <= 32 and g["passes"] >= g["blocks"] >= 1 and g["tokens_per_pass"] > 0
+
+
+def write_foreign_gguf(path: Path) -> Path:
+    w = GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_bad_models_end_in_one_error_line(tiny_checkpoint, tmp_path):
+    text_file = tmp_path / "notes.txt"
+    text_file.write_text("not a model")
+    cases = {
+        str(tmp_path / "missing.gguf"): "missing.gguf: file not found",
+        str(text_file): "notes.txt: not a GGUF file",
+        str(
+            write_foreign_gguf(tmp_path / "llama.gguf")
+        ): "not a Clover model (architecture 'llama', expected 'clover-moe')",
+        str(
+            tiny_checkpoint
+        ): "is a checkpoint directory; convert it (clover convert) or run it on the numpy reference",
+        "owner/name": "file not found (for a Hugging Face repository, name the GGUF",
+    }
+    for model, message in cases.items():
+        assert message in one_error_line(clover("generate", model, "-p", "hi"))
+    assert "runs a checkpoint directory" in one_error_line(
+        clover("chat", str(text_file), "--backend", "reference")
+    )
+    debug = clover("--debug", "generate", str(tmp_path / "missing.gguf"), "-p", "hi")
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+    assert (
+        one_error_line(clover("generate", str(text_file)), code=2)
+        == "error: give the prompt with either -p TEXT or -f FILE"
+    )
+
+
+def test_requests_that_cannot_fit_are_refused_with_the_numbers(tiny_checkpoint):
+    tok = CloverTokenizer.from_dir(tiny_checkpoint)
+    long_prompt = "The quick brown fox jumps over the lazy dog. " * 30
+    n = len(tok.encode_chat([{"role": "user", "content": long_prompt}]))
+    res = clover(
+        "generate",
+        str(tiny_checkpoint),
+        "--backend",
+        "reference",
+        "-f",
+        "-",
+        "-n",
+        "64",
+        "--n-ctx",
+        "256",
+        stdin=long_prompt,
+    )
+    line = one_error_line(res)
+    assert f"request too long: prompt {n} tokens + 64 for 64 new tokens in blocks of 32 = {n + 64}" in line
+    assert "the model's limit of 256" in line
+    res = clover("generate", str(tiny_checkpoint), "--backend", "reference", "-p", "hi", "--n-ctx", "200000")
+    assert "n_ctx 200000 exceeds the model's limit of 131072 tokens" in one_error_line(res)
+
+
+def test_a_clover_gguf_runs_on_the_llama_engine_or_says_what_is_missing(tiny_checkpoint, tmp_path):
+    gguf = tmp_path / "tiny-f32.gguf"
+    conv = clover("convert", str(tiny_checkpoint), "-o", str(gguf), "--outtype", "f32")
+    assert conv.returncode == 0, conv.stderr
+    res = clover("generate", str(gguf), "-p", PROMPT, "-n", "32", "--json")
+    missing = llama.unavailable()
+    if missing is not None:
+        assert "run `make install`" in one_error_line(res)
+        return
+    assert res.returncode == 0, res.stderr
+    tok = CloverTokenizer.from_dir(tiny_checkpoint)
+    want, _ = reference_run(
+        tiny_checkpoint, tok.encode_chat([{"role": "user", "content": PROMPT}]), max_new_tokens=32
+    )
+    assert json.loads(res.stdout)["clover"]["tokens"] == list(want.tokens)
+
+
+# -- Hugging Face model specs (resolution only: no network) -------------------------------------
+
+FILES = [
+    "README.md",
+    "Clover-35B-A3B-Q4_K_M.gguf",
+    "Clover-35B-A3B-Q8_0-00001-of-00002.gguf",
+    "Clover-35B-A3B-Q8_0-00002-of-00002.gguf",
+    "Clover-35B-A3B-Q4_K_S.gguf",
+    "imatrix.dat",
+]
+
+
+def test_model_specs_name_a_local_path_or_a_hub_file(tmp_path):
+    local = tmp_path / "model.gguf"
+    local.write_bytes(b"GGUF")
+    assert parse_spec(str(local)) == local
+    assert parse_spec(str(tmp_path / "typo.gguf")) == tmp_path / "typo.gguf"  # reported later: file not found
+    assert parse_spec("owner/Clover-GGUF:Q4_K_M") == HubFile("owner/Clover-GGUF", "Q4_K_M")
+    assert parse_spec("owner/Clover-GGUF", file="*Q8_0*") == HubFile("owner/Clover-GGUF", "*Q8_0*")
+    with pytest.raises(ModelFileError, match="give the file pattern once"):
+        parse_spec("owner/Clover-GGUF:Q4_K_M", file="*Q8_0*")
+    with pytest.raises(ModelFileError, match="not of a local path"):
+        parse_spec(str(local), file="*Q8_0*")
+
+
+def test_hub_file_patterns_pick_one_model():
+    assert pick_files(FILES, "Q4_K_M") == ["Clover-35B-A3B-Q4_K_M.gguf"]
+    assert pick_files(FILES, "q4_k_s") == ["Clover-35B-A3B-Q4_K_S.gguf"]
+    assert pick_files(FILES, "*Q8_0*.gguf") == [  # a split file: every part, the first one first
+        "Clover-35B-A3B-Q8_0-00001-of-00002.gguf",
+        "Clover-35B-A3B-Q8_0-00002-of-00002.gguf",
+    ]
+    with pytest.raises(ModelFileError, match="matches several files"):
+        pick_files(FILES, "Q4_K")
+    with pytest.raises(
+        ModelFileError, match="no GGUF matches 'IQ2_XS'; the repository has: Clover-35B-A3B-Q4_K_M.gguf"
+    ):
+        pick_files(FILES, "IQ2_XS")

@@ -1,0 +1,452 @@
+"""The `ar` loop and the `speculative` mode: greedy token identity with `ar` on generated models, the
+fused pass's draft semantics, stops and budget inside drafts, per-row adjustments, the adaptive
+draft length, and the sampled acceptance rule's output distribution."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from itertools import product
+
+import numpy as np
+import pytest
+
+from clover_local import policy, speculative
+from clover_local.config import CheckpointConfig
+from clover_local.decode import TokenEvent, generate_ar, last_result
+from clover_local.policy import DecodingSettings, LogitAdjustment
+from clover_local.reference.backend import NumpyBackend
+from clover_local.reference.model import ReferenceModel, State
+from clover_local.speculative import (
+    DraftLength,
+    IterationEvent,
+    RowAdjustments,
+    SpeculativeResult,
+    SpeculativeSettings,
+    Verification,
+)
+
+PROMPTS = {
+    "long": [475, 84, 82, 269, 198, 432, 295, 266, 392, 281, 380, 30, 476, 198, 475, 444, 361, 83, 64, 261],
+    "one-token": [302],
+}
+STOPS = (476, 474)
+
+
+@pytest.fixture(scope="module")
+def mask_id(tiny_checkpoint) -> int:
+    return CheckpointConfig.from_dir(tiny_checkpoint).model.mask_token_id
+
+
+@pytest.fixture(scope="module", params=[np.float64, np.float32], ids=["f64", "f32"])
+def model(request, tiny_checkpoint) -> ReferenceModel:
+    return ReferenceModel.from_checkpoint(tiny_checkpoint, dtype=request.param)
+
+
+# Policies whose adjustment changes from row to row of a verification, so that only per-row
+# adjustments reproduce `ar`: rewarding seen tokens makes the tiny model loop on its own response
+# (which tokens are seen decides the output); a steep stop ramp decides the length.
+POLICIES = {
+    "repeat": {"presence_penalty": -2.0, "repetition_penalty": 0.8},
+    "ramp": {"stop_ramp_start": 0.0, "stop_ramp_max": 30.0},
+}
+
+
+def settings(mask_id: int, block_size: int, max_new_tokens: int = 24, **kw) -> DecodingSettings:
+    base = {"stop_token_ids": STOPS, **POLICIES["repeat"]}
+    return DecodingSettings(
+        mask_token_id=mask_id, block_size=block_size, max_new_tokens=max_new_tokens, **{**base, **kw}
+    )
+
+
+def run(backend, prompt, s, spec) -> tuple[list[IterationEvent], SpeculativeResult]:
+    events = list(speculative.generate(backend, prompt, s, spec))
+    assert isinstance(events[-1], SpeculativeResult)
+    return events[:-1], events[-1]
+
+
+def fresh_state(model, tokens: Sequence[int]) -> State:
+    state = model.new_state()
+    model.commit(list(tokens), state)
+    return state
+
+
+def assert_state_holds(backend: NumpyBackend, model, tokens: Sequence[int]) -> None:
+    """The backend's state is exactly a fresh commit of `tokens` (rollbacks left nothing behind)."""
+    fresh = fresh_state(model, tokens)
+    assert backend.state.n_past == fresh.n_past == len(tokens)
+    tol = 1e-4 if model.dtype == np.float32 else 1e-9
+    for layer, rec in fresh.recurrent.items():
+        np.testing.assert_allclose(backend.state.recurrent[layer], rec, rtol=tol, atol=tol)
+    for layer, keys in fresh.keys.items():
+        np.testing.assert_allclose(backend.state.keys[layer], keys, rtol=tol, atol=tol)
+
+
+# -- the `ar` loop ----------------------------------------------------------------------------------
+def test_ar_is_the_one_token_causal_greedy_loop(model, mask_id):
+    prompt, s = PROMPTS["long"], settings(mask_id, 8, max_new_tokens=12)
+    backend = NumpyBackend(model)
+    events = list(generate_ar(backend, prompt, s))
+    result = events[-1]
+    # independent oracle: the model's logits, the policy's adjustment, argmax
+    state, expected, logits = model.new_state(), [], None
+    logits = model.commit(prompt, state)[-1]
+    for _ in range(12):
+        expected.append(int(policy.pick(logits[None], policy.adjustment(s, 512, prompt, expected))[0][0]))
+        logits = model.commit(expected[-1:], state)[-1]
+    assert result.tokens == tuple(expected) and result.finish_reason == "length"
+    assert [e.token for e in events if isinstance(e, TokenEvent)] == expected
+    assert [e.position for e in events[:-1]] == list(range(len(prompt), len(prompt) + 12))
+    assert_state_holds(backend, model, prompt + expected)
+    assert result.tokens_per_second > 0
+
+
+def test_ar_stops_after_the_stop_token_and_commits_it(model, mask_id):
+    prompt = PROMPTS["long"]
+    free = last_result(generate_ar(NumpyBackend(model), prompt, settings(mask_id, 8, stop_token_ids=())))
+    stop = free.tokens[5]
+    backend = NumpyBackend(model)
+    result = last_result(generate_ar(backend, prompt, settings(mask_id, 8, stop_token_ids=(stop,))))
+    cut = free.tokens.index(stop) + 1
+    assert result.tokens == free.tokens[:cut] and result.finish_reason == "stop"
+    assert_state_holds(backend, model, prompt + list(result.tokens))
+
+
+# -- per-row adjustments ----------------------------------------------------------------------------
+def test_row_adjustments_equal_each_rows_full_adjustment():
+    think_start, think_end = 10, 11
+    s = DecodingSettings(
+        mask_token_id=99,
+        max_new_tokens=20,
+        stop_token_ids=(1, 2),
+        presence_penalty=0.5,
+        frequency_penalty=0.3,
+        repetition_penalty=1.5,
+        stop_ramp_start=0.0,
+        stop_ramp_max=3.0,
+        think_ramp_start=0.0,
+        think_ramp_max=2.0,
+        think_start_id=think_start,
+        think_end_id=think_end,
+    )
+    prompt, response = [5, think_start], [7, 8, 7]
+    rows = [8, 12, think_end, 12, 1]  # repeats, leaves the think section, reaches a stop token
+    adjs = RowAdjustments.for_rows(s, 100, prompt, response, rows)
+    assert len(adjs) == len(rows) and adjs.ids.size <= len(set(rows)) + 3
+    for j in range(len(rows)):
+        full = policy.adjustment(s, 100, prompt, [*response, *rows[: j + 1]])
+        row = adjs.row(j)
+        for f in ("pos_scale", "neg_scale", "bias"):
+            np.testing.assert_array_equal(getattr(row, f), getattr(full, f))
+    assert not np.array_equal(adjs.row(0).bias, adjs.row(4).bias)  # the rows really differ
+    np.testing.assert_array_equal(adjs.last().bias, adjs.row(4).bias)
+    base = policy.adjustment(s, 100, prompt, response)
+    constant = RowAdjustments.constant(base, 3)
+    assert len(constant) == 3 and constant.row(2).bias.tolist() == base.bias.tolist()
+    assert RowAdjustments.constant(base, 0).last() is base
+
+
+# -- greedy: token-identical to `ar` ----------------------------------------------------------------
+CASES = [
+    (4, SpeculativeSettings(adaptive=False)),
+    (4, SpeculativeSettings(draft_len=1, refinements=1)),
+    (8, SpeculativeSettings()),
+    (8, SpeculativeSettings(adaptive=False, refinements=2, draft_threshold=0.05)),
+    (8, SpeculativeSettings(draft_len=0)),
+    (32, SpeculativeSettings(draft_len=12, adaptive=False)),
+]
+
+
+@pytest.mark.parametrize(
+    "prompt_name,policy_name", [("long", "repeat"), ("one-token", "repeat"), ("long", "ramp")]
+)
+@pytest.mark.parametrize("block_size,spec", CASES)
+def test_greedy_speculative_equals_ar(model, mask_id, prompt_name, policy_name, block_size, spec):
+    prompt = PROMPTS[prompt_name]
+    n = 10 if block_size == 32 else 20
+    s = settings(mask_id, block_size, max_new_tokens=n, **POLICIES[policy_name])
+    ar = last_result(generate_ar(NumpyBackend(model), prompt, s))
+    backend = NumpyBackend(model)
+    events, result = run(backend, prompt, s, spec)
+    assert result.tokens == ar.tokens and result.finish_reason == ar.finish_reason
+    assert_state_holds(backend, model, prompt + list(result.tokens))
+    # the statistics describe the iterations
+    assert sum(result.tokens_per_pass) == len(result.tokens) == sum(len(e.tokens) for e in events)
+    assert result.accepted == tuple(e.accepted for e in events)
+    assert result.draft_lengths == tuple(len(e.draft) for e in events)
+    assert all(
+        len(e.draft) <= block_size - 1 and e.tokens == (e.tokens[0], *e.draft[: e.accepted]) for e in events
+    )
+    if spec.draft_len == 0:
+        assert set(result.draft_lengths) == {0} and len(events) == len(result.tokens)
+    else:
+        assert max(result.draft_lengths) > 0
+    assert result.ms_per_iteration > 0 and result.tokens_per_second > 0
+
+
+def test_the_verified_draft_is_the_preview_over_the_accepted_state(model, mask_id):
+    """The fused pass: each draft is the preview at the pending token's position over exactly the
+    committed prefix before it (never a state holding rejected rows)."""
+    prompt, s = PROMPTS["long"], settings(mask_id, 8, max_new_tokens=16)
+    events, result = run(NumpyBackend(model), prompt, s, SpeculativeSettings(adaptive=False))
+    full = prompt + list(result.tokens)
+    checked = 0
+    for e in events:
+        if e.draft:
+            before = full[: e.position]
+            adj = policy.adjustment(s, 512, prompt, before[len(prompt) :])
+            rows = policy.pick(model.preview([mask_id] * 8, fresh_state(model, before)), adj)[0]
+            assert list(e.draft) == rows[: len(e.draft)].tolist()
+            checked += 1
+    assert checked >= 4
+    rejected = [e for e in events if e.accepted < len(e.draft)]
+    assert rejected and all(
+        not nxt.draft for e, nxt in zip(events, events[1:], strict=False) if e.accepted < len(e.draft)
+    )
+
+
+def test_previews_stay_inside_the_context_and_rollback_stays_inside_the_last_pass(model, mask_id):
+    prompt = PROMPTS["long"]
+    s = settings(mask_id, 8, 16, context_limit=len(PROMPTS["long"]) + 16)  # the least `check_length` allows
+
+    class Bounded(NumpyBackend):
+        def verify_and_draft(self, tokens, adjs, preview, temperature=0.0):
+            assert self.state.n_past + len(tokens) + len(preview) <= s.context_limit
+            return super().verify_and_draft(tokens, adjs, preview, temperature)
+
+    ar = last_result(generate_ar(NumpyBackend(model), prompt, s))
+    backend = Bounded(model)
+    events, result = run(backend, prompt, s, SpeculativeSettings(adaptive=False))
+    assert result.tokens == ar.tokens and not events[-1].draft
+    plain = NumpyBackend(model)
+    plain.prefill(prompt, LogitAdjustment.identity(512))
+    plain.verify_and_draft([5, 6], RowAdjustments.constant(LogitAdjustment.identity(512), 2), [])
+    with pytest.raises(ValueError, match="cannot roll back"):
+        plain.rollback(len(prompt) - 1)
+    plain.rollback(len(prompt) + 1)
+    assert_state_holds(plain, model, prompt + [5])
+
+
+# -- drafts that agree: a preview that knows the `ar` continuation, with planted mistakes ------------
+class Prophet:
+    """The real causal passes of a model with scripted previews: preview row i predicts `truth` at
+    its position, except at `wrong` positions (another token) and `unsure` ones (low confidence)."""
+
+    def __init__(self, model: ReferenceModel, truth: Sequence[int], wrong=(), unsure=()):
+        self.model, self.cfg, self.truth = model, model.cfg, list(truth)
+        self.wrong, self.unsure = set(wrong), set(unsure)
+
+    def new_state(self) -> State:
+        return self.model.new_state()
+
+    def commit(self, tokens: Sequence[int], state: State) -> np.ndarray:
+        return self.model.commit(tokens, state)
+
+    def preview(self, block: Sequence[int], state: State) -> np.ndarray:
+        logits = np.zeros((len(block), self.cfg.vocab_size))
+        for i in range(len(block)):
+            pos = state.n_past + i + 1
+            token = self.truth[pos] if pos < len(self.truth) else 0
+            token = (token + 1) % 470 if pos in self.wrong else token
+            logits[i, token] = 2.0 if pos in self.unsure else 40.0
+        return logits
+
+
+@pytest.mark.parametrize("block_size", [4, 8, 32])
+def test_agreeing_drafts_are_accepted_and_output_still_equals_ar(model, mask_id, block_size):
+    prompt, s = PROMPTS["long"], settings(mask_id, block_size, max_new_tokens=40, stop_token_ids=())
+    ar = last_result(generate_ar(NumpyBackend(model), prompt, s))
+    truth = prompt + list(ar.tokens)
+    wrong = {len(prompt) + i for i in (6, 7, 19, 33)}
+    backend = NumpyBackend(Prophet(model, truth, wrong))
+    events, result = run(backend, prompt, s, SpeculativeSettings())
+    assert result.tokens == ar.tokens
+    assert_state_holds(backend, model, truth)
+    full = [e for e in events if e.draft and e.accepted == len(e.draft)]
+    partial = [e for e in events if e.accepted < len(e.draft)]
+    assert full and partial and len(events) < len(ar.tokens) / 2
+    assert result.acceptance_rate > 0.3 and result.mean_tokens_per_iteration > 2
+
+
+def test_a_stop_token_inside_a_draft_ends_the_response_there(model, mask_id):
+    prompt = PROMPTS["long"]
+    free = last_result(generate_ar(NumpyBackend(model), prompt, settings(mask_id, 8, 40, stop_token_ids=())))
+    stop = free.tokens[13]
+    s = settings(mask_id, 8, 40, stop_token_ids=(stop,))
+    ar = last_result(generate_ar(NumpyBackend(model), prompt, s))
+    assert ar.finish_reason == "stop" and ar.tokens[-1] == stop
+    backend = NumpyBackend(Prophet(model, prompt + list(free.tokens)))
+    events, result = run(backend, prompt, s, SpeculativeSettings(adaptive=False))
+    assert result.tokens == ar.tokens and result.finish_reason == "stop"
+    assert events[-1].accepted >= 1 and events[-1].draft[-1] == stop  # the draft was cut after the stop
+    assert_state_holds(backend, model, prompt + list(ar.tokens))
+
+
+def test_the_budget_ends_inside_a_draft(model, mask_id):
+    prompt, s = PROMPTS["long"], settings(mask_id, 8, 11, stop_token_ids=())
+    ar = last_result(generate_ar(NumpyBackend(model), prompt, settings(mask_id, 8, 40, stop_token_ids=())))
+    backend = NumpyBackend(Prophet(model, prompt + list(ar.tokens)))
+    events, result = run(backend, prompt, s, SpeculativeSettings(adaptive=False))
+    assert result.tokens == ar.tokens[:11] and result.finish_reason == "length"
+    assert [len(e.draft) for e in events] == [7, 2]  # 1 + 7, then 1 + 2 = the budget's 11
+    assert_state_holds(backend, model, prompt + list(result.tokens))
+
+
+def test_the_threshold_cuts_a_draft_before_its_first_unsure_row(model, mask_id):
+    prompt, s = PROMPTS["long"], settings(mask_id, 8, 16, stop_token_ids=())
+    ar = last_result(generate_ar(NumpyBackend(model), prompt, s))
+    unsure = {len(prompt) + 4, len(prompt) + 10}
+    backend = NumpyBackend(Prophet(model, prompt + list(ar.tokens), unsure=unsure))
+    spec = SpeculativeSettings(adaptive=False, draft_threshold=0.5)
+    events, result = run(backend, prompt, s, spec)
+    assert result.tokens == ar.tokens
+    spans = [range(e.position + 1, e.position + 1 + len(e.draft)) for e in events]
+    assert all(not unsure & set(span) for span in spans)
+    assert [len(e.draft) for e in events][:2] == [3, 5]  # 1-3 (4 unsure), then 4 + 5-9 (10 unsure)
+
+
+# -- the adaptive draft length ----------------------------------------------------------------------
+def test_draft_length_doubles_on_full_acceptance_drops_to_the_agreeing_run_and_probes():
+    d = DraftLength(limit=7, probe_after=2)
+    trace = []
+    for drafted, accepted in [(7, 3), (0, 0), (3, 3), (6, 6), (7, 0), (0, 0), (0, 0), (1, 1), (2, 1)]:
+        d.update(drafted, accepted)
+        trace.append(d.length)
+    assert trace == [3, 3, 6, 7, 0, 0, 1, 2, 1]
+    fixed = DraftLength(limit=5, adaptive=False)
+    fixed.update(5, 0)
+    assert fixed.length == 5
+
+
+def test_settings_are_checked(model, mask_id):
+    backend, prompt = NumpyBackend(model), PROMPTS["long"]
+    with pytest.raises(ValueError, match="draft_len 8 outside 0..7"):
+        next(speculative.generate(backend, prompt, settings(mask_id, 8), SpeculativeSettings(draft_len=8)))
+    with pytest.raises(ValueError, match="logit_shift 1"):
+        next(speculative.generate(backend, prompt, settings(mask_id, 8, logit_shift=0)))
+    with pytest.raises(ValueError, match="temperature"):
+        next(speculative.generate(backend, prompt, settings(mask_id, 8), SpeculativeSettings(temperature=-1)))
+
+
+# -- sampling: the output distribution is `ar`'s --------------------------------------------------
+class Bigram:
+    """A fast `SpeculativeBackend` with known distributions: causal logits depend on the row's token
+    (table `causal`), preview row i's on the last committed token and i (table `draft`)."""
+
+    def __init__(self, causal: np.ndarray, draft: np.ndarray):
+        self.causal, self.draft, self.vocab_size = causal, draft, causal.shape[0]
+        self.seq: list[int] = []
+
+    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+        self.seq = list(tokens)
+        t, p = policy.pick(self.causal[self.seq[-1:]], adj)
+        return int(t[0]), float(p[0])
+
+    def verify_and_draft(self, tokens, adjs, preview, temperature=0.0) -> Verification:
+        self.seq += list(tokens)
+        causal = self.causal[list(tokens)]
+        ahead = self.draft[self.seq[-1], : len(preview)]
+        picks = [policy.pick(causal[j : j + 1], adjs.row(j)) for j in range(len(tokens))]
+        return Verification(
+            np.array([t[0] for t, _ in picks], dtype=np.int64),
+            np.array([p[0] for _, p in picks]),
+            *policy.pick(ahead, adjs.last()),
+            np.array([policy.distribution(causal[j], adjs.row(j), temperature) for j in range(len(tokens))]),
+            policy.distribution(ahead, adjs.last(), temperature),
+        )
+
+    def rollback(self, n_keep: int) -> None:
+        self.seq = self.seq[:n_keep]
+
+
+def exact_ar(step, prompt: list[int], s: DecodingSettings, vocab: int, temperature: float, n: int) -> dict:
+    """The `ar` sampling distribution of the first n tokens (outcomes of mass > 1e-6):
+    `step(prefix)` gives the logits of the next token."""
+    out: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(n):
+        nxt: dict[tuple[int, ...], float] = {}
+        for seq, mass in out.items():
+            adj = policy.adjustment(s, vocab, prompt, list(seq))
+            dist = policy.distribution(step(prompt + list(seq)), adj, temperature)
+            for t in np.flatnonzero(dist > 1e-6 / mass):
+                nxt[(*seq, int(t))] = mass * float(dist[t])
+        out = nxt
+    return out
+
+
+def chi_square_ok(observed: Counter, expected: dict, n_runs: int) -> tuple[float, float]:
+    """Pearson's chi-square over outcomes with expected count >= 5 (the rest lumped together), and
+    its 0.1% critical value (Wilson-Hilferty approximation of the chi-square quantile)."""
+    big = [k for k, p in expected.items() if p * n_runs >= 5]
+    obs = [observed[k] for k in big] + [n_runs - sum(observed[k] for k in big)]
+    exp = [expected[k] * n_runs for k in big] + [n_runs * (1 - sum(expected[k] for k in big))]
+    stat = sum((o - e) ** 2 / e for o, e in zip(obs, exp, strict=True) if e > 0)
+    dof = len(obs) - 1
+    return stat, dof * (1 - 2 / (9 * dof) + 3.09 * math.sqrt(2 / (9 * dof))) ** 3
+
+
+def total_variation(counts: Counter, expected: dict, n_runs: int) -> float:
+    keys = set(counts) | set(expected)
+    return 0.5 * sum(abs(counts[k] / n_runs - expected.get(k, 0.0)) for k in keys)
+
+
+def ar_total_variation_bound(expected: dict, n_runs: int) -> float:
+    """The total variation that direct `ar` sampling of n_runs stays under 99.9% of the time: the
+    quantile over 2000 seeded multinomial draws from `expected`."""
+    p = np.array(list(expected.values()))
+    draws = np.random.default_rng(0).multinomial(n_runs, p / p.sum(), size=2000) / n_runs
+    return float(np.quantile(0.5 * np.abs(draws - p / p.sum()).sum(axis=1), 0.999))
+
+
+def test_sampled_speculative_has_the_ar_distribution_on_a_bigram_model():
+    """Drafts agree often, so both branches of the acceptance rule carry weight; 3000 seeded runs of
+    3 tokens against the exact `ar` distribution: chi-square at the 0.1% level, and a total
+    variation that direct `ar` sampling would reach only 0.1% of the time (about 0.07 here, while
+    drafts taken unchecked would be more than 0.25 away)."""
+    rng = np.random.default_rng(7)
+    V = 6
+    causal = 2.0 * rng.normal(size=(V, V))
+    draft = causal[:, None, :] * 0.7 + rng.normal(size=(V, 4, V))  # correlated with the truth
+    s = DecodingSettings(mask_token_id=V - 1, block_size=4, max_new_tokens=3, presence_penalty=0.7)
+    prompt, n_runs = [0], 3000
+    counts: Counter = Counter()
+    accepted = rejected = 0
+    backend = Bigram(causal, draft)
+    for seed in range(n_runs):
+        spec = SpeculativeSettings(temperature=1.0, seed=seed, adaptive=False)
+        events, result = run(backend, prompt, s, spec)
+        counts[result.tokens] += 1
+        accepted += sum(e.accepted for e in events)
+        rejected += sum(e.accepted < len(e.draft) for e in events)
+    assert accepted > 0.3 * n_runs and rejected > 0.3 * n_runs
+    expected = exact_ar(lambda seq: causal[seq[-1]], prompt, s, V, 1.0, 3)
+    assert sum(expected.values()) == pytest.approx(1.0, abs=1e-4)
+    stat, critical = chi_square_ok(counts, expected, n_runs)
+    assert stat < critical
+    assert total_variation(counts, expected, n_runs) < ar_total_variation_bound(expected, n_runs)
+    # the bound can fail: the first pass's drafts (rows over the prompt) taken unchecked are far off
+    first = policy.adjustment(s, V, prompt, [])
+    p1, q = policy.distribution(causal[0], first, 1.0), policy.distribution(draft[0, :2], first, 1.0)
+    unchecked = Counter({(a, b, c): p1[a] * q[0, b] * q[1, c] for a, b, c in product(range(V), repeat=3)})
+    assert total_variation(unchecked, expected, 1) > 0.25
+
+
+def test_sampled_speculative_has_the_ar_distribution_on_the_generated_model(mask_id, tiny_checkpoint):
+    """The real reference (random previews rarely agree, so this weighs the residual branch): 200
+    seeded runs of 2 tokens at temperature 1.5 against the exact `ar` distribution, bounds as above."""
+    model = ReferenceModel.from_checkpoint(tiny_checkpoint)
+    s = DecodingSettings(mask_token_id=mask_id, block_size=4, max_new_tokens=2, presence_penalty=1.0)
+    prompt, n_runs = [475, 84], 200
+    backend, counts = NumpyBackend(model), Counter()
+    for seed in range(n_runs):
+        spec = SpeculativeSettings(draft_len=1, temperature=1.5, seed=seed, adaptive=False)
+        counts[run(backend, prompt, s, spec)[1].tokens] += 1
+
+    def step(seq: list[int]) -> np.ndarray:
+        return model.commit(seq, model.new_state())[-1]
+
+    expected = exact_ar(step, prompt, s, model.cfg.vocab_size, 1.5, 2)
+    stat, critical = chi_square_ok(counts, expected, n_runs)
+    assert stat < critical
+    assert total_variation(counts, expected, n_runs) < ar_total_variation_bound(expected, n_runs)

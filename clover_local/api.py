@@ -432,7 +432,7 @@ class Clover:
         _check_sampling(self.mode, temperature, top_p, top_k)
         s = self.decoding_settings(len(prompt), max_tokens, **overrides)
         policy.check_length(len(prompt), s)
-        if self._coreset is not None and (coreset is not None or coreset_top_p is not None):
+        if self._coreset is not None:  # per request: what one request sets does not stick
             set_coreset(
                 self.backend,
                 self._coreset[0] if coreset is None else coreset,

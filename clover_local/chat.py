@@ -14,11 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.live import Live
 from rich.markup import escape
 
 from .api import Clover
 from .visual import BlockView
+
+try:
+    import readline  # noqa: F401  (line editing and history for input())
+except ImportError:  # not on every platform
+    pass
 
 PROMPT, MORE = ">>> ", "... "
 FENCE = '"""'
@@ -61,10 +65,9 @@ class ChatSession:
         system: str | None = None,
         thinking: bool = True,
         visual: bool = False,
-        read: Callable[[str], str] = input,
         **request: Any,
     ):
-        self.clover, self.console, self.visual, self.read = clover, console, visual, read
+        self.clover, self.console, self.visual = clover, console, visual
         self.thinking, self.request = thinking, request
         self.messages: list[dict[str, Any]] = []
         self.system = system
@@ -115,11 +118,11 @@ class ChatSession:
 
     def read_message(self) -> str:
         """One message: a line, lines joined by trailing backslashes, or a \"\"\" block."""
-        line = self.read(PROMPT)
+        line = input(PROMPT)
         if line.strip() == FENCE or (line.startswith(FENCE) and not line.rstrip().endswith(FENCE)):
             lines = [line.strip()[len(FENCE) :]] if line.strip() != FENCE else []
             while True:
-                nxt = self.read(MORE)
+                nxt = input(MORE)
                 if nxt.rstrip().endswith(FENCE):
                     lines.append(nxt.rstrip()[: -len(FENCE)])
                     return "\n".join(lines).strip("\n")
@@ -127,7 +130,7 @@ class ChatSession:
         lines = []
         while line.endswith("\\"):
             lines.append(line[:-1])
-            line = self.read(MORE)
+            line = input(MORE)
         return "\n".join([*lines, line])
 
     def command(self, line: str) -> bool:
@@ -189,7 +192,7 @@ class ChatSession:
     def ask(self, text: str) -> None:
         """Stream the answer to `text`; on Ctrl-C drop the turn and keep the conversation as it was."""
         messages = [*self.messages, {"role": "user", "content": text}]
-        view = BlockView(self.clover._text, self.clover.mask_token_id, reasoning=self.thinking)
+        view = BlockView(self.clover._text, self.clover.mask_token_id, self.console, self.thinking)
         try:
             stream = self.clover.create_chat_completion(
                 messages,
@@ -204,7 +207,7 @@ class ChatSession:
         self._field = None
         try:
             if self.visual:
-                with Live(view, console=self.console, refresh_per_second=20, transient=True):
+                with view:
                     answer, final = drain(stream)
                 self._show(answer)
             else:

@@ -21,7 +21,6 @@ from typing import Annotated, Any
 import typer
 from clover_convert.cli import convert_command
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
 from . import model_source
@@ -304,7 +303,7 @@ def generate(
         clover = load_model(model, **loading)
     opts = _request(decoding)
     with clover, user_errors():
-        view = BlockView(clover._text, clover.mask_token_id, reasoning=think and not raw)
+        view = BlockView(clover._text, clover.mask_token_id, err, reasoning=think and not raw)
         show = visual and not as_json
         if show:
             opts["on_event"] = view.update
@@ -314,7 +313,7 @@ def generate(
             messages = [{"role": "system", "content": system}] if system else []
             messages.append({"role": "user", "content": text})
             stream = clover.create_chat_completion(messages, stream=True, thinking=think, **opts)
-        with Live(view, console=err, refresh_per_second=20, transient=True) if show else nullcontext():
+        with view if show else nullcontext():
             fields, final = drain(stream, None if as_json or show else _echo)
     if as_json:
         reply = {**fields, "finish_reason": final["choices"][0]["finish_reason"]}
@@ -379,8 +378,7 @@ def bench(
         t.add_row(f"preview pass ({res['block_size']} rows)", f"{res['preview_ms']:.1f} ms")
     t.add_row(f"commit pass ({res['block_size']} tokens)", f"{res['commit_ms']:.1f} ms")
     t.add_row("AR step (1 token)", f"{res['ar_step_ms']:.1f} ms = {res['ar_tokens_per_s']:.1f} tok/s")
-    if "generation" in res:
-        g = res["generation"]
-        speed = f"{g['tokens_per_s']:.1f} tok/s ({res['speedup_vs_ar']:.2f}x AR)"
-        t.add_row(f"generation ({g['tokens']} tokens)", f"{g['tokens_per_pass']:.2f} tok/pass, {speed}")
+    g = res["generation"]
+    speed = f"{g['tokens_per_s']:.1f} tok/s ({res['speedup_vs_ar']:.2f}x AR)"
+    t.add_row(f"generation ({g['tokens']} tokens)", f"{g['tokens_per_pass']:.2f} tok/pass, {speed}")
     out.print(t)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -94,7 +95,7 @@ def convert_command(
             split_max_size=parse_size(split_max_size) if split_max_size else 0,
             force=force,
             name=name,
-            **({"threads": threads} if threads else {}),
+            threads=threads or os.cpu_count() or 1,
         )
         prep = prepare(opts)
         if dry_run:

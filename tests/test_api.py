@@ -39,15 +39,21 @@ def convert_f32(ckpt: Path, out: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="module", params=["reference", pytest.param("gguf", marks=pytest.mark.llama)])
-def runtime(request, tiny_checkpoint: Path, tmp_path_factory) -> Callable[[str], Clover]:
-    """`make(mode)`: the checkpoint on the numpy reference, or converted to an F32 GGUF on llama.cpp."""
-    if request.param == "reference":
-        return lambda mode: Clover.from_checkpoint(tiny_checkpoint, mode=mode)
+@pytest.fixture(scope="module")
+def tiny_gguf(tiny_checkpoint: Path, tmp_path_factory) -> Path:
+    """The checkpoint as an F32 GGUF, when the patched llama.cpp can run it."""
     missing = llama_runtime.unavailable()
     if missing is not None:
         pytest.skip(missing)
-    gguf = convert_f32(tiny_checkpoint, tmp_path_factory.mktemp("gguf") / "tiny-f32.gguf")
+    return convert_f32(tiny_checkpoint, tmp_path_factory.mktemp("gguf") / "tiny-f32.gguf")
+
+
+@pytest.fixture(scope="module", params=["reference", pytest.param("gguf", marks=pytest.mark.llama)])
+def runtime(request, tiny_checkpoint: Path) -> Callable[[str], Clover]:
+    """`make(mode)`: the checkpoint on the numpy reference, or converted to an F32 GGUF on llama.cpp."""
+    if request.param == "reference":
+        return lambda mode: Clover.from_checkpoint(tiny_checkpoint, mode=mode)
+    gguf = request.getfixturevalue("tiny_gguf")
     return lambda mode: Clover(gguf, mode=mode)
 
 
@@ -238,6 +244,30 @@ def test_a_converted_gguf_gives_the_checkpoint_decoding_defaults(tiny_checkpoint
     got = defaults_from_gguf(read_info(convert_f32(tiny_checkpoint, tmp_path / "tiny.gguf")), ())
     want = CheckpointConfig.from_dir(tiny_checkpoint).generation
     assert dataclasses.replace(got, extra={}) == dataclasses.replace(want, extra={})
+
+
+@pytest.mark.llama
+def test_ar_mode_answers_like_llama_cpp_on_the_same_clover_gguf(tiny_gguf):
+    """With the patched wheel `llama_cpp.Llama` itself runs a Clover GGUF left to right: same call,
+    same shapes, same greedy text (llama-cpp-python drops bytes that are not UTF-8; we show U+FFFD)."""
+    theirs_model = Llama(str(tiny_gguf), n_ctx=512, verbose=False)
+    ours_model = Clover(tiny_gguf, n_ctx=512, mode="ar")
+    no_ramps = {"stop_ramp_max": 0.0, "think_ramp_max": 0.0}  # llama.cpp's greedy sampler has none
+    theirs = theirs_model.create_completion("Hello world", max_tokens=12, temperature=0.0)
+    ours = ours_model.create_completion("Hello world", max_tokens=12, **no_ramps)
+    assert shape(without_extras(ours)) == shape(theirs)
+    assert ours["choices"][0]["text"].replace("\ufffd", "") == theirs["choices"][0]["text"]
+    assert ours["usage"] == theirs["usage"]
+    theirs = theirs_model.create_chat_completion(QUESTION, max_tokens=12, temperature=0.0)
+    ours = ours_model.create_chat_completion(QUESTION, max_tokens=12, thinking=True, **no_ramps)
+    message = ours["choices"][0]["message"]
+    assert set(message) == set(theirs["choices"][0]["message"]) | {"reasoning_content"}
+    # llama-cpp-python does not split the reasoning: its content is our reasoning (no `</think>` here)
+    assert (
+        message["reasoning_content"].replace("\ufffd", "")
+        == theirs["choices"][0]["message"]["content"].rstrip()
+    )
+    ours_model.close()
 
 
 def test_gguf_tokenizer_tokenizes_like_the_checkpoint(llama, tok):

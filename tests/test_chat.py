@@ -2,13 +2,15 @@
 and off, multiline input, /save and /load, Ctrl-C during an answer, Ctrl-D, and --visual.
 
 Every expected answer is computed with `Clover.create_chat_completion` on the same conversation,
-so the terminal must show exactly the text the API returns."""
+so the terminal must show exactly the text the API returns. The model is the generated checkpoint on
+the numpy reference and, with the patched llama.cpp installed, its F32 GGUF on llama.cpp."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import pexpect
 import pytest
 from rich.control import strip_control_codes
 
+from clover_local import llama
 from clover_local.api import Clover
 
 CLOVER = str(Path(sys.executable).with_name("clover"))
@@ -30,10 +33,23 @@ def api(tiny_checkpoint: Path) -> Clover:
     return Clover.from_checkpoint(tiny_checkpoint)
 
 
-def spawn(ckpt: Path, *args: str) -> pexpect.spawn:
+@pytest.fixture(scope="module", params=["reference", pytest.param("gguf", marks=pytest.mark.llama)])
+def model_args(request, tiny_checkpoint: Path, tmp_path_factory) -> list[str]:
+    """`clover chat` arguments naming the model: the checkpoint on the reference, or its F32 GGUF."""
+    if request.param == "reference":
+        return [str(tiny_checkpoint), "--backend", "reference"]
+    missing = llama.unavailable()
+    if missing is not None:
+        pytest.skip(missing)
+    gguf = tmp_path_factory.mktemp("gguf") / "tiny-f32.gguf"
+    subprocess.run([CLOVER, "convert", str(tiny_checkpoint), "-o", str(gguf), "--outtype", "f32"], check=True)
+    return [str(gguf)]
+
+
+def spawn(model_args: list[str], *args: str) -> pexpect.spawn:
     child = pexpect.spawn(
         CLOVER,
-        ["chat", str(ckpt), "--backend", "reference", *args],
+        ["chat", *model_args, *args],
         encoding="utf-8",
         timeout=60,
         dimensions=(50, 200),
@@ -68,8 +84,8 @@ def expected(api: Clover, messages: list[dict[str, Any]], thinking: bool, max_to
     return api.create_chat_completion(messages, max_tokens=max_tokens, thinking=thinking)
 
 
-def test_two_turns_thinking_multiline_save_and_load(api, tiny_checkpoint, tmp_path):
-    child = spawn(tiny_checkpoint, "-n", "16", "--system", "Be brief.")
+def test_two_turns_thinking_multiline_save_and_load(api, model_args, tmp_path):
+    child = spawn(model_args, "-n", "16", "--system", "Be brief.")
     system = {"role": "system", "content": "Be brief."}
     shown, tokens, passes = answer(child, "Hello")
     first = expected(api, [system, {"role": "user", "content": "Hello"}], True, 16)
@@ -121,8 +137,8 @@ def test_two_turns_thinking_multiline_save_and_load(api, tiny_checkpoint, tmp_pa
     assert child.exitstatus == 0
 
 
-def test_ctrl_c_stops_the_answer_and_the_next_question_is_answered(api, tiny_checkpoint):
-    child = spawn(tiny_checkpoint)
+def test_ctrl_c_stops_the_answer_and_the_next_question_is_answered(api, model_args):
+    child = spawn(model_args)
     child.sendline("/set max_tokens 4000")
     child.expect_exact("max_tokens = 4000")
     child.expect_exact(PROMPT)
@@ -149,8 +165,8 @@ def test_ctrl_c_stops_the_answer_and_the_next_question_is_answered(api, tiny_che
     assert child.exitstatus == 0
 
 
-def test_visual_mode_ends_with_the_answer(api, tiny_checkpoint):
-    child = spawn(tiny_checkpoint, "-n", "16", "--visual", "--no-think")
+def test_visual_mode_ends_with_the_answer(api, model_args):
+    child = spawn(model_args, "-n", "16", "--visual", "--no-think")
     want = expected(api, [{"role": "user", "content": "Hello"}], False, 16)
     shown, tokens, _ = answer(child, "Hello")
     assert tokens == want["usage"]["completion_tokens"]

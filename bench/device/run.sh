@@ -16,6 +16,7 @@
 #   PP        prompt lengths for prompt processing                        (default "512,8192")
 #   JOBS      build jobs (default: all cores);  WORK  scratch dir (default /tmp/clover-dev)
 #   LABEL     run label in the result file name                           (default "h200")
+#   BUILD_CC, BUILD_CXX  host compilers for the build (default: the image's, /opt/gcc/bin/g++)
 # A later call on the still-warm machine reuses $WORK (wheel, checkpoint, GGUFs) when the carried
 # source is the same, so the lead can split the work over up to three calls.
 set -u -o pipefail
@@ -44,7 +45,7 @@ note() { log "SKIP $1: $2"; echo "{\"stage\": \"$1\", \"skipped\": \"$2\"}" >> "
 LMAX=0; for l in $LAYERS; do (( l > LMAX )) && LMAX=$l; done
 SRC_TGZ="$CARRY/llama-src.tar.gz"
 [ -f "$SRC_TGZ" ] || { log "no $SRC_TGZ: run bench/device/prepare.py here and carry .devcarry"; exit 2; }
-SRC_SHA=$(sha256sum "$SRC_TGZ" | cut -c1-16)
+SRC_SHA=$( (sha256sum "$SRC_TGZ" | cut -c1-64; echo "${BUILD_CC:-}${BUILD_CXX:-}") | sha256sum | cut -c1-16)
 
 # ---- machine ---------------------------------------------------------------------------------
 log "run.sh: stages=$STAGES layers='$LAYERS' quants='$QUANTS' budget=${BUDGET_S}s jobs=$JOBS src=$SRC_SHA"
@@ -98,6 +99,9 @@ try:
 except Exception:
     print('-DLLAVA_BUILD=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90')
 ")" -DGGML_CUDA_GRAPHS=ON -DGGML_NATIVE=ON"
+    # BUILD_CXX=/usr/bin/g++ (and BUILD_CC) build with another host compiler than the image's default
+    [ -n "${BUILD_CC:-}" ] && CMAKE_ARGS_USED+=" -DCMAKE_C_COMPILER=$BUILD_CC"
+    [ -n "${BUILD_CXX:-}" ] && CMAKE_ARGS_USED+=" -DCMAKE_CXX_COMPILER=$BUILD_CXX -DCMAKE_CUDA_HOST_COMPILER=$BUILD_CXX"
     echo "$CMAKE_ARGS_USED" > "$WORK/cmake_args.txt"
     log "build: CMAKE_ARGS=$CMAKE_ARGS_USED"
     ( export CMAKE_ARGS="$CMAKE_ARGS_USED" CMAKE_BUILD_PARALLEL_LEVEL=$JOBS
@@ -186,7 +190,7 @@ time_file() {  # $1 gguf, $2 tag
   local f=$1 tag=$2 need=$(( 40 + $(stat -c %s "$1") / 1000000000 * 4 ))
   if (( $(left) < need )); then note "time-$tag" "too little time left ($(left) s, need ~$need)"; return; fi
   log "timing $tag ($f)"
-  $PY bench/device/timing.py "$f" --out "$WORK/timing-$tag.json" --reps "$REPS" --pp "$PP" --label "$tag" \
+  $PY -X faulthandler bench/device/timing.py "$f" --out "$WORK/timing-$tag.json" --reps "$REPS" --pp "$PP" --label "$tag" \
       2> "$WORK/timing-$tag.stderr" | tee -a "$OUT/run.log"
   [ -f "$WORK/timing-$tag.json" ] || { tail -20 "$WORK/timing-$tag.stderr" | tee -a "$OUT/run.log"; note "time-$tag" "timing failed"; }
   # RUNTIME's `clover bench` on the same file (clover-moe files with the patched build only)
@@ -200,7 +204,35 @@ rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
 if want baseline || want clover || want parity; then
   wait_build || note timings "no CUDA wheel"
 fi
+# The image builds with /opt/gcc (its own GCC), whose libstdc++ need not be the one the dynamic
+# loader finds first: the 2026-11-30 smoke run segfaulted inside libllama's print_info (std::function
+# + stringstream) right after loading. Check one load, and retry with the build compiler's
+# libstdc++ first on the library path (then preloaded) before timing anything.
+runtime_check() {  # $1 a gguf
+  local f=$1 cxx lib
+  { echo "--- runtime: CC=${CC:-} CXX=${CXX:-} LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    grep -E '^CMAKE_(C|CXX|CUDA)_COMPILER:|^CMAKE_CUDA_HOST_COMPILER' "$WORK/skbuild/CMakeCache.txt" 2>/dev/null
+    ls -d /opt/gcc/bin/g++ /usr/bin/g++* 2>/dev/null; /opt/gcc/bin/g++ --version 2>/dev/null | head -1
+    /usr/bin/g++ --version 2>/dev/null | head -1
+    ldd "$SITE/llama_cpp/lib/libllama.so" 2>&1 | grep -E "stdc|gcc_s|gomp|not found"; } >> "$OUT/machine.txt"
+  if $PY -X faulthandler bench/device/timing.py "$f" --check > "$WORK/check.log" 2>&1; then log "load check ok"; return 0; fi
+  tail -25 "$WORK/check.log" | grep -v "^print_info\|^load\|^llama_model_loader" | tee -a "$OUT/run.log"
+  cxx=$(grep -m1 '^CMAKE_CXX_COMPILER:' "$WORK/skbuild/CMakeCache.txt" | cut -d= -f2)
+  lib=$(dirname "$("${cxx:-g++}" -print-file-name=libstdc++.so.6)")
+  log "load check FAILED; retrying with LD_LIBRARY_PATH=$lib (libstdc++ of the build compiler $cxx)"
+  export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
+  if $PY -X faulthandler bench/device/timing.py "$f" --check > "$WORK/check.log" 2>&1; then log "load check ok"; return 0; fi
+  log "still failing; retrying with LD_PRELOAD=$lib/libstdc++.so.6"
+  export LD_PRELOAD="$lib/libstdc++.so.6"
+  if $PY -X faulthandler bench/device/timing.py "$f" --check > "$WORK/check.log" 2>&1; then log "load check ok"; return 0; fi
+  unset LD_PRELOAD
+  tail -25 "$WORK/check.log" | tee -a "$OUT/run.log"
+  note runtime "the built library does not load a model here (see run.log)"; return 1
+}
+
 if [ -f "$SITE/.src-$SRC_SHA" ]; then
+  FIRST=$(ls "$WORK"/qwen35moe-*.gguf "$WORK"/clover-*.gguf 2>/dev/null | head -1)
+  [ -n "$FIRST" ] && runtime_check "$FIRST"
   PATCHED=$($PY -c 'from clover_local.llama import capi; print(int(capi.PATCHED))' 2>/dev/null || echo 0)
   log "llama_cpp $($PY -c 'import llama_cpp; print(llama_cpp.__version__)'), Clover C API: $PATCHED"
   for q in $QUANTS; do

@@ -330,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--no-engine", action="store_true", help="plain C API timings only")
     ap.add_argument("--label", default="")
+    ap.add_argument(
+        "--check", action="store_true", help="load, decode 8 tokens, print ok, exit (a smoke test)"
+    )
     args = ap.parse_args(argv)
     args.pp = [int(x) for x in args.pp.split(",") if x.strip()]
     args.flash_attn = args.flash_attn == "on"
@@ -357,6 +360,13 @@ def main(argv: list[str] | None = None) -> int:
         "skipped": {},
     }
     rng = np.random.default_rng(1234)
+    if args.check:
+        r = Raw(args.model, args.ngl, args.flash_attn, 1024, 512, 512, None)
+        r.decode(rng.integers(0, 1000, size=8), "last")
+        ll.llama_synchronize(r.ctx)
+        r.close()
+        print(f"load check ok: {args.model} ({r.load_s:.1f} s to load)", flush=True)
+        return 0
     r = Raw(
         args.model, args.ngl, args.flash_attn, args.n_ctx, args.n_batch, args.n_ubatch, args.threads or None
     )

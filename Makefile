@@ -29,8 +29,15 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The demo: generate a small Clover checkpoint, convert it to Q8_0 with clover-convert, show the
+# file, then a scripted two-turn chat and a visual generation through the patched llama.cpp.
+DEMO := build/demo
 demo: install
-	$(BIN)/python -m clover_local.reference.demo
+	test -f $(DEMO)/checkpoint/config.json || $(BIN)/python -m clover_local.testing.make_checkpoint $(DEMO)/checkpoint --preset tiny
+	test -f $(DEMO)/clover-tiny-Q8_0.gguf || $(BIN)/clover-convert $(DEMO)/checkpoint -o $(DEMO)/clover-tiny-Q8_0.gguf --outtype q8_0
+	$(BIN)/clover info $(DEMO)/clover-tiny-Q8_0.gguf
+	printf 'Hello there!\n/think off\nWhat is a clover?\n' | $(BIN)/clover chat $(DEMO)/clover-tiny-Q8_0.gguf -n 48
+	$(BIN)/clover generate $(DEMO)/clover-tiny-Q8_0.gguf -p "Write a haiku about clover." -n 64 --visual
 
 clean:
 	rm -rf $(VENV) build

@@ -51,7 +51,8 @@ def _field_value(f: Any) -> Any:
     if f.types[0] == GGUFValueType.STRING:
         return bytes(f.parts[f.data[0]]).decode("utf-8", "replace")
     v = f.parts[f.data[0]].tolist()[0]
-    return v
+    # F32 keys: show 0.95, not 0.949999988079071
+    return float(f"{v:.7g}") if isinstance(v, float) else v
 
 
 def open_gguf(path: str | Path) -> Any:

@@ -2,6 +2,7 @@
 `bench/results/`, and write the H200 table of `docs/performance.md`.
 
     python bench/device/results.py merge timing-*.json [--clover-bench ...] [--parity P] --out result.json
+    python bench/device/results.py combine A.json B.json --out C.json   # several calls as one run
     python bench/device/results.py save RESULT.json            # -> bench/results/<UTC date>-<label>.json
     python bench/device/results.py table bench/results/X.json [--update docs/performance.md]
 
@@ -109,40 +110,9 @@ def run_entry(t: dict) -> dict:
     return e
 
 
-def merge(args) -> dict:
-    timings = [t for t in (_load(p) for p in args.timings) if t]
-    runs = [run_entry(t) for t in timings]
-    meta = _load(args.meta) if args.meta else None
-    machine = (
-        Path(args.machine).read_text().strip().splitlines()
-        if args.machine and Path(args.machine).is_file()
-        else []
-    )
-    notes = []
-    if args.notes and Path(args.notes).is_file():
-        notes = [json.loads(line) for line in Path(args.notes).read_text().splitlines() if line.strip()]
-    res: dict = {
-        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "label": args.label,
-        "gpu": machine[0].split(",")[0].strip() if machine else None,
-        "machine": machine,
-        "build": {
-            "cmake_args": args.cmake_args,
-            "build_s": float(args.build_s) if args.build_s else None,
-            "llama_cpp_version": runs[0].get("llama_cpp_version") if runs else None,
-            "system_info": timings[0].get("system_info") if timings else None,
-        },
-        "commit": (meta or {}).get("commit"),
-        "dirty_files": (meta or {}).get("dirty_files"),
-        "patches": (meta or {}).get("patches"),
-        "llama_cpp_python": (meta or {}).get("llama_cpp_python"),
-        "upstream_llama_cpp": "0c1e570 (vendored by llama-cpp-python 0.3.36)",
-        "method": "bench/device/timing.py: median of REPS timed runs after warm-up, host wall clock around "
-        "llama_decode + llama_synchronize; random token ids; 512-token cached prefix; "
-        "flash attention on, all layers on the GPU, CUDA graphs as the build enables them",
-        "runs": runs,
-        "notes": notes,
-    }
+def summarize(res: dict) -> None:
+    """Fits and headline fields from res["runs"] (in place)."""
+    runs = res["runs"]
     # fits per (arch, quant)
     fits: dict = {}
     for r in runs:
@@ -190,12 +160,65 @@ def merge(args) -> dict:
                 "pp_tok_s",
             )
         }
+
+
+def merge(args) -> dict:
+    timings = [t for t in (_load(p) for p in args.timings) if t]
+    runs = [run_entry(t) for t in timings]
+    meta = _load(args.meta) if args.meta else None
+    machine = (
+        Path(args.machine).read_text().strip().splitlines()
+        if args.machine and Path(args.machine).is_file()
+        else []
+    )
+    notes = []
+    if args.notes and Path(args.notes).is_file():
+        notes = [json.loads(line) for line in Path(args.notes).read_text().splitlines() if line.strip()]
+    res: dict = {
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "label": args.label,
+        "gpu": machine[0].split(",")[0].strip() if machine else None,
+        "machine": machine,
+        "build": {
+            "cmake_args": args.cmake_args,
+            "build_s": float(args.build_s) if args.build_s else None,
+            "llama_cpp_version": runs[0].get("llama_cpp_version") if runs else None,
+            "system_info": timings[0].get("system_info") if timings else None,
+        },
+        "commit": (meta or {}).get("commit"),
+        "dirty_files": (meta or {}).get("dirty_files"),
+        "patches": (meta or {}).get("patches"),
+        "llama_cpp_python": (meta or {}).get("llama_cpp_python"),
+        "upstream_llama_cpp": "0c1e570 (vendored by llama-cpp-python 0.3.36)",
+        "method": "bench/device/timing.py: median of REPS timed runs after warm-up, host wall clock around "
+        "llama_decode + llama_synchronize; random token ids; 512-token cached prefix; "
+        "flash attention on, all layers on the GPU, CUDA graphs as the build enables them",
+        "runs": runs,
+        "notes": notes,
+    }
+    summarize(res)
     res["clover_bench"] = {}
     for p in args.clover_bench or []:
         d = _load(p)
         if d:
             res["clover_bench"][Path(p).stem.removeprefix("clover-bench-")] = d
     res["parity"] = _load(args.parity) if args.parity else None
+    return res
+
+
+def combine(args) -> dict:
+    """Several calls' results as one run: runs, notes, clover bench and parity pooled."""
+    parts = [json.loads(Path(p).read_text()) for p in args.results]
+    res = dict(parts[0])
+    res["runs"] = [r for d in parts for r in d["runs"]]
+    res["notes"] = [n for d in parts for n in d.get("notes", [])]
+    res["clover_bench"] = {k: v for d in parts for k, v in (d.get("clover_bench") or {}).items()}
+    res["parity"] = next((d["parity"] for d in reversed(parts) if d.get("parity")), None)
+    res["combined_from"] = [
+        {"date_utc": d.get("date_utc"), "label": d.get("label"), "build": d.get("build")} for d in parts
+    ]
+    res["label"] = args.label or res.get("label")
+    summarize(res)
     return res
 
 
@@ -275,6 +298,7 @@ def table(d: dict, source: str) -> str:
             extra.append(f"memory state unchanged after previews: {r['preview_state_unchanged']}")
         if extra:
             lines += ["", f"{r['tag']}: " + "; ".join(extra) + "."]
+    lines += goals(d)
     if d.get("parity"):
         lines += ["", "GPU parity: `" + json.dumps(d["parity"].get("summary", d["parity"]))[:800] + "`"]
     skipped = sorted({f"{k}: {v}" for r in d["runs"] for k, v in (r.get("skipped") or {}).items()})
@@ -282,6 +306,41 @@ def table(d: dict, source: str) -> str:
     if skipped:
         lines += ["", "Not measured in this run: " + "; ".join(skipped) + "."]
     return "\n".join(lines) + "\n"
+
+
+def goals(d: dict) -> list[str]:
+    """Issue 6's goals as measured ratios: at the headline file's layers and extrapolated to 40."""
+    runs = [r for r in d["runs"] if r["quant"] == d.get("quant")]
+    out = ["", "Ratios use the engine's AR step (clover head) where measured, else the plain C API's."]
+    for layers in sorted({r["layers"] for r in runs if r["arch"] == "clover-moe"}):
+        c = next(r for r in runs if r["arch"] == "clover-moe" and r["layers"] == layers)
+        b = next((r for r in runs if r["arch"] == "qwen35moe" and r["layers"] == layers), None)
+        # the engine's AR step (clover head in the graph, as the runtime decodes) when measured
+        ar = c.get("engine_ar_step_ms") or c.get("ar_step_ms")
+        pv, c32, fu = c.get("preview_ms"), c.get("causal32_ms"), c.get("fused_pass_ms")
+
+        def ratio(x, y, goal):
+            return f"{x / y:.2f} (goal {goal})" if x and y else "—"
+
+        items = [
+            f"preview / AR step {ratio(pv, ar, '<= 2')}",
+            f"preview / causal 32 {ratio(pv, c32, '<= 1.25')}",
+            f"fused / preview {ratio(fu, pv, '<= 1.3')}",
+        ]
+        by = c.get("preview_ms_by_coreset") or {}
+        if by.get("32") and ar:
+            items.append(f"preview at coreset 32 / AR step {by['32'] / ar:.2f} (goal <= 1.5)")
+        e2e, ar_tok = c.get("e2e_tok_s_by_k") or {}, (1e3 / ar if ar else None)
+        for k, goal in (("2", ">= 1.2"), ("4", ">= 2"), ("8", ">= 3.5")):
+            if e2e.get(k) and ar_tok:
+                items.append(f"e2e k={k} / AR tok/s {e2e[k] / ar_tok:.2f} (goal {goal})")
+        if b and b.get("ar_step_ms") and c.get("ar_step_ms"):
+            r = c["ar_step_ms"] / b["ar_step_ms"]
+            items.append(
+                f"AR step (plain C API) / upstream qwen35moe AR step {r:.2f} (goal <= 1, within noise)"
+            )
+        out += ["", f"Goals at {layers} layers ({d.get('quant')}): " + "; ".join(items) + "."]
+    return out
 
 
 def update_doc(doc: Path, block: str) -> None:
@@ -308,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--notes")
     m.add_argument("--label", default="h200")
     m.add_argument("--out", type=Path, required=True)
+    c = sub.add_parser("combine")
+    c.add_argument("results", nargs="+")
+    c.add_argument("--label")
+    c.add_argument("--out", type=Path, required=True)
     s = sub.add_parser("save")
     s.add_argument("result")
     s.add_argument("--name")
@@ -326,6 +389,10 @@ def main(argv: list[str] | None = None) -> int:
                         f"  {key} {mname}: {f['per_layer_ms']:.4f} ms/layer + {f['fixed_ms']:.3f} ms "
                         f"-> {f['at_40_layers_ms']:.2f} ms at 40 layers"
                     )
+    elif args.cmd == "combine":
+        res = combine(args)
+        args.out.write_text(json.dumps(res, indent=1) + "\n")
+        print(f"wrote {args.out}: {len(res['runs'])} timed files, headline {res['headline_from']}")
     elif args.cmd == "save":
         save(args)
     else:

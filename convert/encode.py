@@ -98,7 +98,9 @@ class Encoder:
             dst.view(np.float32)[:] = self._f32(src).reshape(-1)
         else:
             assert self.ggml is not None, "quantized types need ggml"
-            self.ggml.quantize_rows(qtype, self._f32(src), dst, p.imatrix)
+            written = self.ggml.quantize_rows(qtype, self._f32(src), dst, p.imatrix)
+            if written != dst.nbytes:  # ggml and gguf-py disagree on the type's size: never write it
+                raise RuntimeError(f"ggml wrote {written} bytes of {qtype.name}, expected {dst.nbytes}")
 
     def _f32(self, src: np.ndarray) -> np.ndarray:
         """A C-contiguous float32 copy (or view) of a row block."""

@@ -7,6 +7,7 @@ F32 GGUF as from the safetensors.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -190,6 +191,16 @@ def test_cli_writes_and_dry_run_writes_nothing(tiny_checkpoint: Path, tmp_path: 
     dry = run_cli(tiny_checkpoint, "-o", out, "--outtype", "q4_k_m", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert "blk.0.ssm_conv1d_right.weight" in dry.stdout and "dry run: nothing written" in dry.stdout
+    plan = json.loads(run_cli(tiny_checkpoint, "-o", out, "--dry-run", "--json").stdout)
+    assert plan["files"] == [str(out)] and plan["dropped"] == []
+    conv_right = next(t for t in plan["tensors"] if t["name"] == "blk.0.ssm_conv1d_right.weight")
+    assert conv_right == {
+        "name": "blk.0.ssm_conv1d_right.weight",
+        "shape": [3, 128],
+        "type": "F32",
+        "bytes": 3 * 128 * 4,
+        "source": "layers.0.linear_attn.conv_right_weight",
+    }
     assert list(tmp_path.iterdir()) == []
     res = run_cli(tiny_checkpoint, "-o", out, "--outtype", "q4_k_m")
     assert res.returncode == 0, res.stderr

@@ -36,7 +36,6 @@ CLOVER_GDN_EXTRAS = (
     "bd_softmax_history_bias",
     "bd_softmax_history_c",
 )
-_PER_EXPERT = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 
 
 class CheckpointError(ValueError):
@@ -65,7 +64,9 @@ def read_safetensors_header(path: Path) -> dict[str, TensorEntry]:
                 raise CheckpointError(f"{path.name}: truncated safetensors file (no header)")
             n = int.from_bytes(head, "little")
             if n <= 0 or 8 + n > size:
-                raise CheckpointError(f"{path.name}: corrupt safetensors header (length {n}, file {size} bytes)")
+                raise CheckpointError(
+                    f"{path.name}: corrupt safetensors header (length {n}, file {size} bytes)"
+                )
             header = json.loads(f.read(n))
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read ({e.strerror})") from None
@@ -133,9 +134,13 @@ class Checkpoint:
             for key, entry in read_safetensors_header(spath).items():
                 name = canonical_name(key)
                 if name in entries:
-                    raise CheckpointError(f"duplicate tensor {key} (in {entries[name].path.name} and {shard})")
+                    raise CheckpointError(
+                        f"duplicate tensor {key} (in {entries[name].path.name} and {shard})"
+                    )
                 if weight_map and weight_map.get(key) != shard:
-                    raise CheckpointError(f"tensor {key} is in {shard} but the index says {weight_map.get(key)}")
+                    raise CheckpointError(
+                        f"tensor {key} is in {shard} but the index says {weight_map.get(key)}"
+                    )
                 entries[name] = entry
         missing = [k for k in weight_map if canonical_name(k) not in entries]
         if missing:
@@ -175,7 +180,9 @@ class Checkpoint:
             return self._expert_from_per_expert(name, dtype)
         return to_float(self.raw(name), e.dtype, dtype)
 
-    def expert(self, layer: int, e: int, dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def expert(
+        self, layer: int, e: int, dtype: type = np.float32
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(gate [I,H], up [I,H], down [H,I]) of one routed expert, whatever the stored layout."""
         pre = f"layers.{layer}.mlp.experts."
         if self.fused_experts:
@@ -251,7 +258,9 @@ def bf16_bits(x: np.ndarray) -> np.ndarray:
     return (rounded >> 16).astype(np.uint16)
 
 
-def expected_shapes(cfg: CloverConfig, fused_experts: bool = True, diffusion: bool = True) -> dict[str, tuple]:
+def expected_shapes(
+    cfg: CloverConfig, fused_experts: bool = True, diffusion: bool = True
+) -> dict[str, tuple]:
     """Canonical name -> shape of every tensor of a Clover checkpoint, as the publisher stores it.
 
     Placement and shapes of the four diffusion tensors are [ours] (CLOVER.md section 2).

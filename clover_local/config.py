@@ -121,7 +121,9 @@ class CloverConfig:
                 moe_intermediate_size=int(text["moe_intermediate_size"]),
                 shared_expert_intermediate_size=int(text["shared_expert_intermediate_size"]),
                 rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
-                tie_word_embeddings=bool(cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
+                tie_word_embeddings=bool(
+                    cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+                ),
                 max_position_embeddings=int(text.get("max_position_embeddings", CONTEXT_LIMIT)),
                 mask_token_id=_opt_int(text.get("mask_token_id")),
                 block_size=int(text.get("block_size", 32)),
@@ -179,7 +181,9 @@ class CheckpointConfig:
         if not cfg_path.is_file():
             raise ConfigError(f"{path}: no config.json (is this a Hugging Face checkpoint directory?)")
         raw = _read_json(cfg_path)
-        gen = _read_json(path / "generation_config.json") if (path / "generation_config.json").is_file() else {}
+        gen = (
+            _read_json(path / "generation_config.json") if (path / "generation_config.json").is_file() else {}
+        )
         tok_cfg = (
             _read_json(path / "tokenizer_config.json") if (path / "tokenizer_config.json").is_file() else {}
         )

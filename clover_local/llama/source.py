@@ -46,8 +46,18 @@ def sdist_path() -> Path:
     if not path.is_file():
         tmp = cache_dir() / "download.tmp"
         tmp.mkdir(exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(tmp),
-               f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "-d",
+            str(tmp),
+            f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}",
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True)
         got = tmp / SDIST_NAME
         if res.returncode != 0 or not got.is_file():

@@ -20,9 +20,14 @@ from clover_local.reference.model import ReferenceModel
 SKIP = unavailable()
 pytestmark = [pytest.mark.llama, pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
 
-TOL = 1e-3
 N_GPU_LAYERS = int(os.environ.get("CLOVER_TEST_N_GPU_LAYERS", "0"))  # run these tests on a GPU build
-PRESETS = ["tiny", "tiny-per-expert", "tiny-lm-prefix", "tiny-tied"]
+LOG = N_GPU_LAYERS > 0  # GPU runs: llama.cpp logs to stderr itself, no Python log callback (LlamaEngine)
+# logits vs the float64 reference; ggml-cuda's F32 matmuls are ~1e-3 relative (the upstream causal path too)
+TOL = 1e-3 if N_GPU_LAYERS == 0 else 0.1
+# two graphs computing the same thing (on a GPU their kernels differ)
+SAME = 1e-5 if N_GPU_LAYERS == 0 else TOL
+PROB_RTOL = 1e-4 if N_GPU_LAYERS == 0 else 2e-2
+PRESETS = ["tiny", "tiny-per-expert", "tiny-lm-prefix", "tiny-tied", "tiny-qwen-vocab"]
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +50,14 @@ def engine(path: Path, **kw):
     from clover_local.llama.engine import LlamaEngine
 
     return LlamaEngine(
-        path, n_ctx=256, n_threads=2, n_gpu_layers=N_GPU_LAYERS, flash_attn=False, f32_cache=True, **kw
+        path,
+        n_ctx=256,
+        n_threads=2,
+        n_gpu_layers=N_GPU_LAYERS,
+        flash_attn=False,
+        f32_cache=True,
+        log=LOG,
+        **kw,
     )
 
 
@@ -87,11 +99,11 @@ def test_head_picks_follow_the_logit_adjustment(gguf_factory):
         ref_logits = ref.commit(prompt, state)
         tok, prob = eng.prefill(prompt, adj)
         ref_tok, ref_prob = pick(ref_logits[-1:], adj)
-        assert tok == ref_tok[0] and prob == pytest.approx(ref_prob[0], rel=1e-4)
+        assert tok == ref_tok[0] and prob == pytest.approx(ref_prob[0], rel=PROB_RTOL)
         tok, prob = eng.preview(block, adj)
         ref_tok, ref_prob = pick(ref.preview(block, state), adj)
         np.testing.assert_array_equal(tok, ref_tok)
-        np.testing.assert_allclose(prob, ref_prob, rtol=1e-4)
+        np.testing.assert_allclose(prob, ref_prob, rtol=PROB_RTOL)
 
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny-per-expert"])
@@ -160,7 +172,7 @@ def test_coreset_at_top_p_one_equals_no_coreset(gguf_factory):
         prompt, block = prompt_and_block(a.vocab_size, mask)
         a.causal_logits(prompt)
         b.causal_logits(prompt)
-        np.testing.assert_allclose(a.preview_logits(block), b.preview_logits(block), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(a.preview_logits(block), b.preview_logits(block), rtol=0, atol=SAME)
 
 
 def test_coreset_experts_per_layer_match_the_reference(gguf_factory):
@@ -173,14 +185,13 @@ def test_coreset_experts_per_layer_match_the_reference(gguf_factory):
         eng.causal_logits(prompt)
         ref.commit(prompt, state)
         record: dict[str, np.ndarray] = {}
-        np.testing.assert_allclose(
-            eng.preview_logits(block), ref.preview(block, state, record=record), rtol=0, atol=TOL
-        )
+        logits, ref_logits = eng.preview_logits(block), ref.preview(block, state, record=record)
     expected = {k: v for k, v in record.items() if k.startswith("ffn_moe_coreset-")}
     assert expected and found.keys() == expected.keys()
     for name, kept in expected.items():
         np.testing.assert_array_equal(found[name] > 0.5, kept, err_msg=name)
         assert 0 < kept.sum() < kept.size, f"{name}: top_p 0.5 should exclude some experts"
+    np.testing.assert_allclose(logits, ref_logits, rtol=0, atol=TOL)
 
 
 def test_ar_only_file_runs_causally_and_refuses_previews(gguf_factory):

@@ -13,6 +13,9 @@ from clover_convert.pipeline import Options, convert, prepare
 from clover_local.llama import source, unavailable
 
 SKIP = unavailable()
+N_GPU_LAYERS = int(
+    os.environ.get("CLOVER_TEST_N_GPU_LAYERS", "0")
+)  # run on a GPU build (see test_llama_engine)
 
 BACKENDS = {
     "metal": (
@@ -103,7 +106,8 @@ def graph_nodes(checkpoint_factory, tmp_path_factory) -> set[tuple[str, str, tup
         path,
         n_ctx=128,
         n_threads=2,
-        n_gpu_layers=int(os.environ.get("CLOVER_TEST_N_GPU_LAYERS", "0")),
+        n_gpu_layers=N_GPU_LAYERS,
+        log=N_GPU_LAYERS > 0,
         coreset=True,
         coreset_top_p=0.5,
         eval_callback=record,

@@ -17,7 +17,8 @@ from llama_cpp import llama_cpp as ll
 from ..policy import LogitAdjustment
 from . import capi
 
-GGML_TYPE_F32, GGML_TYPE_F16 = 0, 1
+GGML_TYPE_F32 = 0
+GGML_LOG_LEVEL_ERROR = 4
 SEQ = 0
 
 # bool (*ggml_backend_sched_eval_callback)(struct ggml_tensor * t, bool ask, void * user_data), on ggml_tensor
@@ -26,6 +27,22 @@ EvalCallback = Callable[["ctypes._Pointer[capi.ggml_tensor]", bool], bool]
 
 class EngineError(RuntimeError):
     """The runtime refused a request (not a Clover file, no diffusion tensors, a failed pass)."""
+
+
+_errors: list[str] = []
+
+
+@ll.llama_log_callback
+def _log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    """llama.cpp's log: error lines are kept for `EngineError` messages, the rest is dropped."""
+    if level == GGML_LOG_LEVEL_ERROR and text:
+        _errors.append(text.decode("utf-8", "replace").strip())
+        del _errors[:-4]
+
+
+def _failed(what: str) -> EngineError:
+    """An `EngineError` for `what`, with llama.cpp's last error line when there is one."""
+    return EngineError(f"{what}: {_errors[-1]}" if _errors else what)
 
 
 def require_patched() -> None:
@@ -40,8 +57,12 @@ def require_patched() -> None:
 class LlamaEngine:
     """A model and a one-sequence context; implements `decode.Backend` plus state and logits access.
 
-    `f32_cache` keeps K/V in F32 (verification against the float64 reference); `eval_callback`
-    is llama.cpp's `cb_eval`, called for every graph node (tests inspect ops and intermediates).
+    `f32_cache` keeps K/V in F32 (verification against the float64 reference); `coreset` and
+    `coreset_top_p` restrict preview routing (None: the GGUF's `clover-moe.diffusion.coreset_*`);
+    `eval_callback` is llama.cpp's `cb_eval`, called for every graph node (tests inspect ops and
+    intermediates). llama.cpp's log is dropped except error lines, which end up in `EngineError`
+    messages; `log=True` leaves it on stderr (and runs no Python log callback, which crashed model
+    loading on the H200 device image's Python 3.12 with a CUDA build).
     """
 
     def __init__(
@@ -56,14 +77,18 @@ class LlamaEngine:
         coreset: bool | None = None,
         coreset_top_p: float | None = None,
         eval_callback: EvalCallback | None = None,
+        log: bool = False,
     ):
         require_patched()
+        # no Python log callback with log=True: llama.cpp writes to stderr itself
+        ll.llama_log_set(ll.llama_log_callback() if log else _log, ctypes.c_void_p(0))
+        _errors.clear()
         ll.llama_backend_init()
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         self.model = ll.llama_model_load_from_file(str(model_path).encode(), mparams)
         if not self.model:
-            raise EngineError(f"could not load {model_path}")
+            raise _failed(f"could not load {model_path}")
         self.ctx = None
         if not capi.llama_model_is_clover(self.model):
             self.close()
@@ -103,7 +128,7 @@ class LlamaEngine:
         self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             self.close()
-            raise EngineError("could not create a llama.cpp context")
+            raise _failed("could not create a llama.cpp context")
         self.n_batch = cparams.n_batch
         self._adjusted = False
 
@@ -217,7 +242,7 @@ class LlamaEngine:
                 batch.n_tokens = len(chunk)
                 rc = ll.llama_decode(self.ctx, batch)
                 if rc != 0:
-                    raise EngineError(f"llama_decode failed ({rc})")
+                    raise _failed(f"llama_decode failed ({rc})")
                 n_out = len(chunk) if all_rows else int(start + len(chunk) == len(tokens))
                 if n_out:
                     t, p = self._rows(n_out)
@@ -243,6 +268,6 @@ class LlamaEngine:
         arr = (ll.llama_token * len(block))(*block)
         rc = capi.llama_clover_preview(self.ctx, SEQ, arr, len(block), self.coreset, self.coreset_top_p)
         if rc != 0:
-            raise EngineError(f"llama_clover_preview failed ({rc}); see the llama.cpp log")
+            raise _failed(f"llama_clover_preview failed ({rc})")
         tok, prob = self._rows(len(block))
         return tok, prob, self._logits(len(block)) if logits else None

@@ -95,7 +95,51 @@ def info(
     out.print(t)
 
 
-# verify: `clover verify` (GGUF vs numpy reference, clover_local/verify.py) is registered here.
+@app.command()
+def verify(
+    model: Annotated[Path, typer.Argument(metavar="MODEL", help="The converted .gguf file to check.")],
+    reference: Annotated[
+        Path, typer.Option("--reference", "-r", help="The checkpoint directory it was converted from.")
+    ],
+    prompt: Annotated[str, typer.Option("--prompt", "-p", help="Prompt to run through both.")] = (
+        "The quick brown fox"
+    ),
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens of greedy generation.")] = 32,
+    n_gpu_layers: Annotated[int, typer.Option("--n-gpu-layers", "-ngl", help="Layers on the GPU.")] = 0,
+    threads: Annotated[int | None, typer.Option("--threads", "-t", help="CPU threads.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Check a conversion: the runtime against the numpy reference on the same prompt.
+
+    Compares causal logits over the prompt, one preview pass on a partially masked block, the
+    commit, and a short greedy block-diffusion generation. Exits 1 past the file type's tolerance
+    (F32/F16/BF16: logits; quantized types: token agreement of the generation).
+    """
+    from .verify import verify as run_verify
+
+    with user_errors():
+        read_info(model)
+        report = run_verify(
+            model, reference, prompt, max_new_tokens=max_tokens, n_gpu_layers=n_gpu_layers, n_threads=threads
+        )
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        t = Table(title=f"clover verify: {model} ({report.file_type}) vs {reference}")
+        for col in ("pass", "max abs", "max rel", "argmax agreement"):
+            t.add_column(col, justify="right" if col != "pass" else "left")
+        for name in ("causal", "preview", "commit"):
+            d = getattr(report, name)
+            t.add_row(
+                f"{name} ({d.rows} rows)", f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", f"{d.argmax_agreement:.1%}"
+            )
+        out.print(t)
+        n_ref = len(report.reference_generated)
+        out.print(f"greedy generation: {report.token_agreement:.1%} of {n_ref} tokens agree")
+        verdict = {True: "[green]PASS[/green]", False: "[red]FAIL[/red]", None: "no tolerance for this type"}
+        out.print(f"{verdict[report.passed]}" + "".join(f"\n  {f}" for f in report.failures))
+    if report.passed is False:
+        raise typer.Exit(1)
 
 
 class BackendName(str, Enum):
@@ -382,3 +426,7 @@ def bench(
     speed = f"{g['tokens_per_s']:.1f} tok/s ({res['speedup_vs_ar']:.2f}x AR)"
     t.add_row(f"generation ({g['tokens']} tokens)", f"{g['tokens_per_pass']:.2f} tok/pass, {speed}")
     out.print(t)
+
+
+if __name__ == "__main__":
+    app()

@@ -55,3 +55,20 @@ def test_q8_0_file_is_judged_on_token_agreement(tiny_checkpoint, tmp_path):
     assert report.passed == (report.token_agreement >= 0.95)
     assert 0 < report.causal.max_rel < 0.2 and report.causal.argmax_agreement >= 0.75
     assert bool(report.failures) == (report.token_agreement < 0.95)
+
+
+def test_clover_verify_command_passes_a_conversion_and_fails_a_mismatch(checkpoint_factory, tmp_path):
+    """The CLI as a user runs it: exit 0 and PASS for the right reference, exit 1 for another."""
+    import subprocess
+    import sys
+
+    ckpt = checkpoint_factory("tiny")
+    path = gguf(ckpt, tmp_path, "f32")
+    cmd = [sys.executable, "-m", "clover_local.cli", "verify", str(path), "-n", "8", "-t", "2", "-r"]
+    ok = subprocess.run([*cmd, str(ckpt), "--json"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["passed"] is True and report["token_agreement"] == 1.0
+    other = subprocess.run([*cmd, str(checkpoint_factory("tiny", seed=1))], capture_output=True, text=True)
+    assert other.returncode == 1
+    assert "FAIL" in other.stdout and "logits differ by" in other.stdout

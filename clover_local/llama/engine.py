@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 from llama_cpp import llama_cpp as ll
 
-from ..policy import LogitAdjustment
+from ..policy import LogitAdjustment, distribution, pick
+from ..speculative import RowAdjustments, Verification
 from . import capi
 
 GGML_TYPE_F32 = 0
@@ -57,7 +58,10 @@ def require_patched() -> None:
 class LlamaEngine:
     """A model and a one-sequence context; implements `decode.Backend` plus state and logits access.
 
-    `f32_cache` keeps K/V in F32 (verification against the float64 reference); `coreset` and
+    `f32_cache` keeps K/V in F32 (verification against the float64 reference); `speculative`
+    keeps recurrent-state snapshots of the last `block_size` rows (the GGUF's
+    `clover-moe.diffusion.block_size`, llama.cpp's `n_rs_seq`) so that `rollback` can undo a
+    verification: block_size more copies of every GDN layer's conv and recurrent state; `coreset` and
     `coreset_top_p` restrict preview routing (None: the GGUF's `clover-moe.diffusion.coreset_*`);
     `eval_callback` is llama.cpp's `cb_eval`, called for every graph node (tests inspect ops and
     intermediates). llama.cpp's log is dropped except error lines, which end up in `EngineError`
@@ -78,6 +82,7 @@ class LlamaEngine:
         coreset_top_p: float | None = None,
         eval_callback: EvalCallback | None = None,
         log: bool = False,
+        speculative: bool = False,
     ):
         require_patched()
         # no Python log callback with log=True: llama.cpp writes to stderr itself
@@ -111,6 +116,7 @@ class LlamaEngine:
         cparams.n_batch = max(n_ubatch, 512)
         cparams.n_ubatch = n_ubatch
         cparams.n_seq_max = 1
+        cparams.n_rs_seq = int(self._meta("clover-moe.diffusion.block_size", "32")) if speculative else 0
         if n_threads is not None:
             cparams.n_threads = cparams.n_threads_batch = n_threads
         if flash_attn is not None:
@@ -130,7 +136,10 @@ class LlamaEngine:
             self.close()
             raise _failed("could not create a llama.cpp context")
         self.n_batch = cparams.n_batch
+        self.n_rs_seq = ll.llama_n_rs_seq(self.ctx)
         self._adjusted = False
+        self._pass_start: int | None = None  # first position of the last verification's causal rows
+        self._rolled_back = False  # a rollback not yet consumed by a causal pass (see `_preview`)
 
     def _meta(self, key: str, default: str) -> str:
         buf = ctypes.create_string_buffer(256)
@@ -164,6 +173,55 @@ class LlamaEngine:
         tok, prob, _ = self._decode(tokens, adj, all_rows=False, logits=False)
         return int(tok[-1]), float(prob[-1])
 
+    # speculative.SpeculativeBackend
+
+    def verify_and_draft(
+        self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
+    ) -> Verification:
+        """Two passes (the fused graph is not there yet): a commit of `tokens` with every row's
+        logits read back and picked under `adjs.row(j)` on the host, then a preview of `preview`
+        under `adjs.last()`; full preview logits only when sampling."""
+        if len(tokens) > self.n_rs_seq:
+            raise EngineError(
+                f"a verification of {len(tokens)} rows needs as many recurrent-state snapshots "
+                f"(LlamaEngine(speculative=True) keeps {self.n_rs_seq})"
+            )
+        self._pass_start = self.n_past
+        empty = np.zeros((0, self.vocab_size), dtype=np.float32)
+        causal = self.causal_logits(tokens) if len(tokens) else empty
+        self._rolled_back = False
+        picks = [pick(causal[j : j + 1], adjs.row(j)) for j in range(len(tokens))]
+        sampled = temperature > 0
+        if not len(preview):
+            draft_tokens, draft_probs, ahead = np.zeros(0, dtype=np.int64), np.zeros(0), empty
+        else:
+            draft_tokens, draft_probs, ahead = self._preview(preview, adjs.last(), logits=sampled)
+        return Verification(
+            np.array([int(t[0]) for t, _ in picks], dtype=np.int64),
+            np.array([float(p[0]) for _, p in picks]),
+            draft_tokens,
+            draft_probs,
+            np.array([distribution(causal[j], adjs.row(j), temperature) for j in range(len(tokens))])
+            if sampled
+            else None,
+            distribution(ahead, adjs.last(), temperature) if sampled and len(preview) else None,
+        )
+
+    def rollback(self, n_keep: int) -> None:
+        """Cut K/V after `n_keep` and select the GDN snapshot of that row (llama.cpp's `n_rs_seq`
+        rollback: the next pass reads it, nothing is recomputed)."""
+        if n_keep == 0:
+            self.reset()
+            self._pass_start = None
+            return
+        n_past = self.n_past
+        if self._pass_start is None or not self._pass_start <= n_keep <= n_past:
+            raise ValueError(f"cannot roll back to {n_keep}: the last pass spans {self._pass_start}..{n_past}")
+        if n_keep < n_past:
+            if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ctx), SEQ, n_keep, -1):
+                raise _failed(f"could not roll back to {n_keep}")
+            self._rolled_back = True
+
     # verification and tests
 
     def causal_logits(self, tokens: Sequence[int]) -> np.ndarray:
@@ -177,6 +235,7 @@ class LlamaEngine:
     def reset(self) -> None:
         """Forget the sequence."""
         ll.llama_memory_clear(ll.llama_get_memory(self.ctx), True)
+        self._rolled_back = False
 
     def state_bytes(self) -> bytes:
         """The sequence's serialized memory (K/V cells, conv and recurrent states)."""

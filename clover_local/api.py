@@ -211,6 +211,7 @@ class Clover:
             flash_attn=flash_attn,
             coreset=coreset,
             coreset_top_p=coreset_top_p,
+            speculative=mode == "speculative",
         )
         tokenizer = GgufTokenizer(engine.model)
         defaults = defaults_from_gguf(info, tokenizer.end_of_generation_ids())

@@ -3,7 +3,7 @@
 The runtime must tokenize exactly as the weights it runs were converted, so a GGUF model never
 needs the checkpoint's `tokenizer.json`: this class offers `CloverTokenizer`'s methods on
 llama.cpp's `llama_vocab`, and renders the template stored in `tokenizer.chat_template` with the
-same jinja rendering (`tokenizer.render_chat_template`).
+same jinja rendering (`tokenizer.ChatTemplating`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 from llama_cpp import llama_cpp as ll
 
-from .tokenizer import render_chat_template
+from .tokenizer import ChatTemplating
 
 
-class GgufTokenizer:
+class GgufTokenizer(ChatTemplating):
     """`encode`/`decode`/`token_id`/`render_chat` of a `llama_model *` (kept alive by its owner)."""
 
     def __init__(self, model: Any):
@@ -80,19 +80,6 @@ class GgufTokenizer:
         """The id of a token given by its text (e.g. `</think>`), or None if it is not one token."""
         ids = self.encode(token)
         return ids[0] if len(ids) == 1 and self._text(ids[0]) == token else None
-
-    def render_chat(
-        self,
-        messages: Sequence[dict[str, Any]],
-        enable_thinking: bool = True,
-        add_generation_prompt: bool = True,
-    ) -> str:
-        return render_chat_template(
-            self.chat_template, messages, enable_thinking, add_generation_prompt, self.special
-        )
-
-    def encode_chat(self, messages: Sequence[dict[str, Any]], enable_thinking: bool = True) -> list[int]:
-        return self.encode(self.render_chat(messages, enable_thinking=enable_thinking))
 
 
 def _meta(model: Any, key: str) -> str | None:

@@ -33,7 +33,31 @@ def _tojson(
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-class CloverTokenizer:
+class ChatTemplating:
+    """Chat prompts from `chat_template` + `special`, for any tokenizer that has `encode`."""
+
+    chat_template: str | None
+    special: dict[str, Any]
+
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def render_chat(
+        self,
+        messages: Sequence[dict[str, Any]],
+        enable_thinking: bool = True,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """The prompt text of a conversation, ready for the assistant's turn."""
+        return render_chat_template(
+            self.chat_template, messages, enable_thinking, add_generation_prompt, self.special
+        )
+
+    def encode_chat(self, messages: Sequence[dict[str, Any]], enable_thinking: bool = True) -> list[int]:
+        return self.encode(self.render_chat(messages, enable_thinking=enable_thinking))
+
+
+class CloverTokenizer(ChatTemplating):
     """`tokenizer.json` + the chat template of `tokenizer_config.json` (or `chat_template.jinja`)."""
 
     def __init__(self, tokenizer: Tokenizer, chat_template: str | None, special: dict[str, Any]):
@@ -69,20 +93,6 @@ class CloverTokenizer:
 
     def token_id(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)
-
-    def render_chat(
-        self,
-        messages: Sequence[dict[str, Any]],
-        enable_thinking: bool = True,
-        add_generation_prompt: bool = True,
-    ) -> str:
-        """The prompt text of a conversation, ready for the assistant's turn."""
-        return render_chat_template(
-            self.chat_template, messages, enable_thinking, add_generation_prompt, self.special
-        )
-
-    def encode_chat(self, messages: Sequence[dict[str, Any]], enable_thinking: bool = True) -> list[int]:
-        return self.encode(self.render_chat(messages, enable_thinking=enable_thinking))
 
 
 def render_chat_template(

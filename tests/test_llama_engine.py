@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clover_convert.pipeline import Options, convert, prepare
 
 from clover_local.config import CheckpointConfig
 from clover_local.decode import complete
@@ -28,22 +27,6 @@ TOL = 1e-3 if N_GPU_LAYERS == 0 else 0.1
 SAME = 1e-5 if N_GPU_LAYERS == 0 else TOL
 PROB_RTOL = 1e-4 if N_GPU_LAYERS == 0 else 2e-2
 PRESETS = ["tiny", "tiny-per-expert", "tiny-lm-prefix", "tiny-tied", "tiny-qwen-vocab"]
-
-
-@pytest.fixture(scope="session")
-def gguf_factory(checkpoint_factory, tmp_path_factory):
-    """`make(preset, ar_only=False)` -> (checkpoint dir, F32 GGUF path), converted once per session."""
-    cache: dict[tuple[str, bool], tuple[Path, Path]] = {}
-
-    def make(preset: str = "tiny", ar_only: bool = False) -> tuple[Path, Path]:
-        if (preset, ar_only) not in cache:
-            ckpt = checkpoint_factory(preset)
-            out = tmp_path_factory.mktemp(f"gguf-{preset}") / f"{preset}{'-ar' if ar_only else ''}.gguf"
-            prep = prepare(Options(str(ckpt), outfile=out, outtype="f32", ar_only=ar_only, threads=1))
-            cache[preset, ar_only] = ckpt, convert(prep, threads=1).shards[0]
-        return cache[preset, ar_only]
-
-    return make
 
 
 def engine(path: Path, **kw):

@@ -216,7 +216,9 @@ class LlamaEngine:
             return
         n_past = self.n_past
         if self._pass_start is None or not self._pass_start <= n_keep <= n_past:
-            raise ValueError(f"cannot roll back to {n_keep}: the last pass spans {self._pass_start}..{n_past}")
+            raise ValueError(
+                f"cannot roll back to {n_keep}: the last pass spans {self._pass_start}..{n_past}"
+            )
         if n_keep < n_past:
             if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ctx), SEQ, n_keep, -1):
                 raise _failed(f"could not roll back to {n_keep}")
@@ -302,6 +304,7 @@ class LlamaEngine:
                 rc = ll.llama_decode(self.ctx, batch)
                 if rc != 0:
                     raise _failed(f"llama_decode failed ({rc})")
+                self._rolled_back = False
                 n_out = len(chunk) if all_rows else int(start + len(chunk) == len(tokens))
                 if n_out:
                     t, p = self._rows(n_out)
@@ -314,6 +317,22 @@ class LlamaEngine:
             capi.llama_clover_set_head(self.ctx, False, True)
         return np.concatenate(toks), np.concatenate(probs), np.concatenate(outs) if logits else None
 
+    def _settle_rollback(self) -> None:
+        """Make a pending rollback permanent before a preview.
+
+        llama.cpp applies a rollback lazily: the next graph reads the selected snapshot and a
+        causal pass writes it back as the current state, but a preview writes nothing, so it would
+        consume the selection and leave the state of before the rollback. A round trip through the
+        sequence's serialized state (which reads the selected snapshot) makes it current, at the
+        cost of copying the sequence's K/V; the speculative loop never previews right after a
+        rollback (its next pass is causal), only a caller mixing the protocols pays it.
+        """
+        data = self.state_bytes()
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if ll.llama_state_seq_set_data(self.ctx, buf, len(data), SEQ) != len(data):
+            raise _failed("could not restore the sequence state after a rollback")
+        self._rolled_back = False
+
     def _preview(
         self, block: Sequence[int], adj: LogitAdjustment, logits: bool
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -322,6 +341,8 @@ class LlamaEngine:
                 "this GGUF has no block-diffusion tensors (converted with --ar-only): "
                 "previews need a file converted without --ar-only"
             )
+        if self._rolled_back:
+            self._settle_rollback()
         self._set_adjust(adj)
         capi.llama_clover_set_head(self.ctx, False, logits)
         arr = (ll.llama_token * len(block))(*block)

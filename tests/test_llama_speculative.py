@@ -1,0 +1,221 @@
+"""The `speculative` mode on the patched llama.cpp (F32 GGUFs of the tiny checkpoints): greedy output
+token-identical to `ar` on the same file, a verification equal to a commit followed by a preview,
+and rollbacks that leave exactly the state of committing the kept rows."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from test_llama_engine import LOG, N_GPU_LAYERS, PROB_RTOL, SAME, engine
+
+from clover_local import speculative
+from clover_local.api import Clover
+from clover_local.config import CheckpointConfig
+from clover_local.decode import generate_ar, last_result
+from clover_local.llama import unavailable
+from clover_local.policy import DecodingSettings, LogitAdjustment, distribution, pick
+from clover_local.speculative import RowAdjustments, SpeculativeResult, SpeculativeSettings, Verification
+
+SKIP = unavailable()
+pytestmark = [pytest.mark.llama, pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
+
+PROMPTS = {"long": [475, 84, 82, 269, 198, 432, 295, 266, 392, 281, 380, 30, 476], "one-token": [302]}
+# a policy whose adjustment changes from row to row of a verification (seen tokens are rewarded)
+REPEAT = {"presence_penalty": -2.0, "repetition_penalty": 0.8}
+
+
+@pytest.fixture(scope="module")
+def gguf(gguf_factory):
+    ckpt, path = gguf_factory("tiny")
+    return path, CheckpointConfig.from_dir(ckpt).model.mask_token_id
+
+
+@pytest.fixture(scope="module")
+def ar_engine(gguf):
+    with engine(gguf[0]) as eng:
+        yield eng
+
+
+@pytest.fixture(scope="module")
+def spec_engine(gguf):
+    with engine(gguf[0], speculative=True) as eng:
+        yield eng
+
+
+class Prophet:
+    """The engine, with each preview's draft replaced by `truth` (the `ar` output) at the rows'
+    positions, wrong at the positions in `wrong`: random weights never draft what they verify, so
+    this is how the engine's own causal rows get to accept, reject and roll back."""
+
+    def __init__(self, engine, truth: Sequence[int], wrong: set[int]):
+        self.engine, self.truth, self.wrong = engine, list(truth), wrong
+        self.vocab_size = engine.vocab_size
+
+    def prefill(self, tokens, adj):
+        return self.engine.prefill(tokens, adj)
+
+    def rollback(self, n_keep: int) -> None:
+        self.engine.rollback(n_keep)
+
+    def verify_and_draft(self, tokens, adjs, preview, temperature=0.0) -> Verification:
+        first = self.engine.n_past + len(tokens) + 1  # the position preview row 0 predicts
+        v = self.engine.verify_and_draft(tokens, adjs, preview, temperature)
+        draft = [self.truth[p] if p < len(self.truth) else 0 for p in range(first, first + len(preview))]
+        draft = [(t + 1) % self.vocab_size if p in self.wrong else t for p, t in enumerate(draft, first)]
+        return dataclasses.replace(v, draft_tokens=np.array(draft, dtype=np.int64), draft_probs=np.ones(len(draft)))
+
+
+def settings(mask: int, block_size: int, max_new_tokens: int, **kw) -> DecodingSettings:
+    return DecodingSettings(
+        mask_token_id=mask, block_size=block_size, max_new_tokens=max_new_tokens, **{**REPEAT, **kw}
+    )
+
+
+def run_spec(backend, prompt, s, spec: SpeculativeSettings) -> SpeculativeResult:
+    result = last_result(speculative.generate(backend, prompt, s, spec))
+    assert isinstance(result, SpeculativeResult)
+    return result
+
+
+def assert_same_state(a: bytes, b: bytes, atol: float) -> None:
+    """Serialized states equal; `atol` > 0 allows float noise (a 1-row commit runs other kernels)."""
+    if atol == 0 or a == b:
+        assert a == b
+        return
+    assert len(a) == len(b)
+    n = len(a) // 4 * 4
+    np.testing.assert_allclose(np.frombuffer(a[:n], np.float32), np.frombuffer(b[:n], np.float32), atol=atol)
+
+
+@pytest.mark.parametrize("prompt_name", list(PROMPTS))
+@pytest.mark.parametrize("block_size", [4, 8])
+@pytest.mark.parametrize("drafts", ["model", "prophet"])
+def test_greedy_speculative_equals_ar_on_the_gguf(gguf, ar_engine, spec_engine, prompt_name, block_size, drafts):
+    path, mask = gguf
+    prompt, s = PROMPTS[prompt_name], settings(mask, block_size, 24, stop_token_ids=())
+    ar = last_result(generate_ar(ar_engine, prompt, s))
+    backend = spec_engine
+    if drafts == "prophet":
+        backend = Prophet(spec_engine, prompt + list(ar.tokens), {len(prompt) + i for i in (3, 4, 13)})
+    result = run_spec(backend, prompt, s, SpeculativeSettings())
+    assert result.tokens == ar.tokens and result.finish_reason == ar.finish_reason
+    if drafts == "prophet":
+        assert result.acceptance_rate > 0.3 and 0 < sum(result.accepted) < sum(result.draft_lengths)
+    assert spec_engine.n_past == len(prompt) + len(ar.tokens)
+
+
+@pytest.mark.parametrize("stop_at,budget", [(9, 24), (None, 11)], ids=["stop-in-draft", "budget-in-draft"])
+def test_stops_and_budget_inside_a_draft_end_the_response_as_ar(gguf, ar_engine, spec_engine, stop_at, budget):
+    path, mask = gguf
+    prompt = PROMPTS["long"]
+    free = last_result(generate_ar(ar_engine, prompt, settings(mask, 8, 24, stop_token_ids=())))
+    stops = () if stop_at is None else (free.tokens[stop_at],)
+    s = settings(mask, 8, budget, stop_token_ids=stops)
+    ar = last_result(generate_ar(ar_engine, prompt, s))
+    assert ar.finish_reason == ("length" if stop_at is None else "stop")
+    backend = Prophet(spec_engine, prompt + list(free.tokens), set())
+    result = run_spec(backend, prompt, s, SpeculativeSettings(adaptive=False))
+    assert result.tokens == ar.tokens and result.finish_reason == ar.finish_reason
+    assert spec_engine.n_past == len(prompt) + len(ar.tokens)
+    # the state is the prompt and the response: the next token is the one `ar` would pick
+    ar_engine.prefill(prompt + list(ar.tokens), LogitAdjustment.identity(ar_engine.vocab_size))
+    assert_same_state(spec_engine.state_bytes(), ar_engine.state_bytes(), atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_a_verification_equals_a_commit_then_a_preview(gguf, ar_engine, spec_engine, temperature):
+    path, mask = gguf
+    prompt, rows = PROMPTS["long"], [17, 17, 230, 5, 17]
+    s = settings(mask, 8, 24, stop_token_ids=(476,), stop_ramp_start=0.0, stop_ramp_max=10.0)
+    adjs = RowAdjustments.for_rows(s, spec_engine.vocab_size, prompt, [3, 17], rows)
+    assert len(adjs.ids) and not np.array_equal(adjs.bias[0], adjs.bias[-1])  # rows differ
+    ident = LogitAdjustment.identity(spec_engine.vocab_size)
+    block = [mask] * 6
+
+    spec_engine.prefill(prompt, ident)
+    v = spec_engine.verify_and_draft(rows, adjs, block, temperature)
+    ar_engine.prefill(prompt, ident)
+    causal = ar_engine.causal_logits(rows)
+    ahead = ar_engine.preview_logits(block)
+
+    for j in range(len(rows)):
+        tok, prob = pick(causal[j : j + 1], adjs.row(j))
+        assert v.tokens[j] == tok[0] and v.probs[j] == pytest.approx(prob[0], rel=PROB_RTOL)
+    tok, prob = pick(ahead, adjs.last())
+    np.testing.assert_array_equal(v.draft_tokens, tok)
+    np.testing.assert_allclose(v.draft_probs, prob, rtol=PROB_RTOL)
+    if temperature > 0:
+        assert v.dist is not None and v.draft_dist is not None
+        expected = [distribution(causal[j], adjs.row(j), temperature) for j in range(len(rows))]
+        np.testing.assert_allclose(v.dist, np.array(expected), atol=SAME)
+        np.testing.assert_allclose(v.draft_dist, distribution(ahead, adjs.last(), temperature), atol=SAME)
+    else:
+        assert v.dist is None and v.draft_dist is None
+    assert_same_state(spec_engine.state_bytes(), ar_engine.state_bytes(), atol=0)
+
+
+def test_empty_parts_are_a_plain_preview_and_a_plain_commit(gguf, ar_engine, spec_engine):
+    path, mask = gguf
+    prompt, block = PROMPTS["long"], [mask] * 4
+    ident = LogitAdjustment.identity(spec_engine.vocab_size)
+    spec_engine.prefill(prompt, ident)
+    ar_engine.prefill(prompt, ident)
+    v = spec_engine.verify_and_draft([], RowAdjustments.constant(ident, 0), block)
+    tok, prob = ar_engine.preview(block, ident)
+    assert len(v.tokens) == 0 and spec_engine.n_past == len(prompt)
+    np.testing.assert_array_equal(v.draft_tokens, tok)
+    v = spec_engine.verify_and_draft([9, 8], RowAdjustments.constant(ident, 2), [])
+    assert len(v.draft_tokens) == 0 and v.tokens[-1] == ar_engine.commit([9, 8], ident)[0]
+
+
+@pytest.mark.parametrize("kept", range(0, 7))
+def test_rollback_leaves_the_state_of_committing_only_the_kept_rows(gguf, ar_engine, spec_engine, kept):
+    path, mask = gguf
+    prompt, rows = PROMPTS["long"], [11, 42, 7, 300, 5, 99]
+    ident = LogitAdjustment.identity(spec_engine.vocab_size)
+    spec_engine.prefill(prompt, ident)
+    spec_engine.verify_and_draft(rows, RowAdjustments.constant(ident, len(rows)), [mask] * 8)
+    spec_engine.rollback(len(prompt) + kept)
+    ar_engine.prefill(prompt + rows[:kept], ident)
+    assert spec_engine.n_past == ar_engine.n_past == len(prompt) + kept
+    # a 1-row commit runs the autoregressive delta-rule kernel, the verification the chunked one
+    atol = 1e-5 if kept == 1 else 0
+    assert_same_state(spec_engine.state_bytes(), ar_engine.state_bytes(), atol)
+    # a preview right after the rollback reads the kept state and leaves it in place
+    np.testing.assert_allclose(
+        spec_engine.preview_logits([mask] * 4), ar_engine.preview_logits([mask] * 4), rtol=0, atol=SAME
+    )
+    np.testing.assert_allclose(
+        spec_engine.causal_logits([4, 5]), ar_engine.causal_logits([4, 5]), rtol=0, atol=SAME
+    )
+
+
+def test_out_of_range_rollbacks_and_verifications_are_refused(gguf, ar_engine, spec_engine):
+    from clover_local.llama.engine import EngineError
+
+    path, mask = gguf
+    ident = LogitAdjustment.identity(spec_engine.vocab_size)
+    spec_engine.prefill(PROMPTS["long"], ident)
+    spec_engine.verify_and_draft([1, 2, 3], RowAdjustments.constant(ident, 3), [])
+    n = len(PROMPTS["long"])
+    for bad in (n - 1, n + 4):
+        with pytest.raises(ValueError, match="cannot roll back"):
+            spec_engine.rollback(bad)
+    rows = list(range(spec_engine.n_rs_seq + 1))
+    with pytest.raises(EngineError, match="snapshots"):
+        spec_engine.verify_and_draft(rows, RowAdjustments.constant(ident, len(rows)), [])
+    with pytest.raises(EngineError, match="snapshots"):  # an engine without snapshots cannot verify
+        ar_engine.verify_and_draft([1], RowAdjustments.constant(ident, 1), [])
+
+
+def test_clover_speculative_mode_on_a_gguf_equals_ar(gguf):
+    path, mask = gguf
+    kw = {"n_ctx": 256, "n_threads": 2, "n_gpu_layers": N_GPU_LAYERS, "verbose": LOG}
+    with Clover(path, mode="ar", **kw) as ar, Clover(path, mode="speculative", **kw) as spec:
+        expected = ar.create_completion(PROMPTS["long"], max_tokens=16)
+        got = spec.create_completion(PROMPTS["long"], max_tokens=16)
+    assert got["choices"][0]["text"] == expected["choices"][0]["text"]
+    assert got["clover"]["tokens"] == expected["clover"]["tokens"]

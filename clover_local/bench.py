@@ -2,8 +2,10 @@
 
 One run on one loaded model measures prompt processing (a prefill), the preview pass (one block
 of masks over the prompt), the commit pass (one block appended), the AR step (one token
-appended), then a greedy generation that gives tokens per pass and end-to-end speed. Each timing
-is the median of `repeats` runs; nothing is estimated.
+appended), the speculative pass (one block verified and the next one drafted), then a greedy
+generation that gives tokens per pass and end-to-end speed, in the model's mode and side by side
+in every mode the model runs (`ar`, `diffusion`, `speculative`). Each timing is the median of
+`repeats` runs; nothing is estimated.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from . import policy
 from .api import Clover
+from .speculative import RowAdjustments
 
 FILLER = "The quick brown fox jumps over the lazy dog while the block diffusion model resolves its masks. "
 
@@ -37,12 +40,40 @@ def bench_prompt(clover: Clover, n_tokens: int) -> list[int]:
     return ids[:n_tokens]
 
 
+def _generation(clover: Clover, prompt: list[int], gen_tokens: int, mode: str) -> dict[str, Any]:
+    """A greedy generation in `mode` on the loaded model: speed, passes and tokens per pass (for
+    `speculative`, a pass is an iteration: 1 + the accepted drafted tokens)."""
+    loaded, clover.mode = clover.mode, mode
+    try:
+        stats = clover.create_completion(prompt, max_tokens=gen_tokens)["clover"]
+    finally:
+        clover.mode = loaded
+    tokens, passes, tok_s = len(stats["tokens"]), stats["passes"], stats["generation_tokens_per_s"]
+    out = {
+        "tokens": tokens,
+        "passes": passes,
+        "tokens_per_pass": stats["mean_tokens_per_pass"],
+        "ms_per_pass": tokens / tok_s / passes * 1e3 if passes else None,
+        "tokens_per_s": tok_s,
+    }
+    if mode == "speculative":
+        out["accepted_per_iteration"] = stats["mean_tokens_per_pass"] - 1
+    return out
+
+
 def run_bench(
     clover: Clover, prompt_tokens: int = 512, gen_tokens: int = 128, repeats: int = 3
 ) -> dict[str, Any]:
-    """Timings in ms and speeds in tokens/s; a Clover in AR mode skips previews (`--ar-only` files)."""
+    """Timings in ms and speeds in tokens/s; a Clover in AR mode skips previews (`--ar-only` files).
+
+    The speculative pass and mode need a backend that can roll back a block: the reference always,
+    the llama.cpp engine when loaded in `speculative` mode (its recurrent-state snapshots).
+    """
     backend, prompt = clover.backend, bench_prompt(clover, prompt_tokens)
     previews = clover.mode != "ar"  # AR mode: also what `--ar-only` files run
+    verifies = (
+        previews and getattr(backend, "n_rs_seq", clover.defaults.block_size) >= clover.defaults.block_size
+    )
     s = clover.decoding_settings(len(prompt), gen_tokens)
     adj = policy.adjustment(s, backend.vocab_size, prompt, [])
     block_size = clover.defaults.block_size
@@ -58,6 +89,10 @@ def run_bench(
     out["commit_ms"] = _median_ms(lambda: backend.commit(filler, adj), repeats)
     out["ar_step_ms"] = _median_ms(lambda: backend.commit(filler[:1], adj), repeats)
     out["ar_tokens_per_s"] = 1e3 / out["ar_step_ms"]
+    rows = RowAdjustments.constant(adj, block_size)
+    out["fused_pass_ms"] = (
+        _median_ms(lambda: backend.verify_and_draft(filler, rows, block), repeats) if verifies else None
+    )
 
     result = clover.create_completion(prompt, max_tokens=gen_tokens)
     stats = result["clover"]
@@ -69,4 +104,6 @@ def run_bench(
         "tokens_per_s": stats["generation_tokens_per_s"],
     }
     out["speedup_vs_ar"] = stats["generation_tokens_per_s"] / out["ar_tokens_per_s"]
+    runs = ["ar", *(["diffusion"] if previews else []), *(["speculative"] if verifies else [])]
+    out["modes"] = {m: _generation(clover, prompt, gen_tokens, m) for m in runs}
     return out

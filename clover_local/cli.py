@@ -397,16 +397,15 @@ def bench(
     *,
     options: list[dict[str, Any]],
 ) -> None:
-    """Time prompt processing, the preview pass, the commit pass and the AR step on one model."""
+    """Time prompt processing, the preview, commit and speculative passes and the AR step on one
+    model, then generate in every mode it runs (ar, diffusion, speculative) side by side."""
     (loading,) = options
     with user_errors():
         path = model_source.resolve(model, loading.pop("file"))
-        if (
-            loading["backend"] is BackendName.llama
-            and path.is_file()
-            and not read_info(path).has_diffusion_tensors
-        ):
-            loading["mode"] = ModeName.ar  # an --ar-only file: no previews to time
+        if loading["backend"] is BackendName.llama and path.is_file():
+            # an --ar-only file: no previews to time; else the speculative snapshots, so every mode runs
+            diffusion = read_info(path).has_diffusion_tensors
+            loading["mode"] = ModeName.speculative if diffusion else ModeName.ar
         clover = load_model(str(path), None, **loading)
     with clover, user_errors():
         res = run_bench(clover, prompt_tokens, gen_tokens, repeats)
@@ -421,10 +420,22 @@ def bench(
     if res["preview_ms"] is not None:
         t.add_row(f"preview pass ({res['block_size']} rows)", f"{res['preview_ms']:.1f} ms")
     t.add_row(f"commit pass ({res['block_size']} tokens)", f"{res['commit_ms']:.1f} ms")
+    if res["fused_pass_ms"] is not None:
+        t.add_row(
+            f"speculative pass ({res['block_size']} + {res['block_size']} rows)",
+            f"{res['fused_pass_ms']:.1f} ms",
+        )
     t.add_row("AR step (1 token)", f"{res['ar_step_ms']:.1f} ms = {res['ar_tokens_per_s']:.1f} tok/s")
     g = res["generation"]
     speed = f"{g['tokens_per_s']:.1f} tok/s ({res['speedup_vs_ar']:.2f}x AR)"
     t.add_row(f"generation ({g['tokens']} tokens)", f"{g['tokens_per_pass']:.2f} tok/pass, {speed}")
+    for mode, m in res["modes"].items():
+        ratio = m["tokens_per_s"] / res["ar_tokens_per_s"]
+        t.add_row(
+            f"  {mode} ({m['passes']} passes)",
+            f"{m['tokens_per_pass']:.2f} tok/pass, {m['ms_per_pass']:.1f} ms/pass, "
+            f"{m['tokens_per_s']:.1f} tok/s ({ratio:.2f}x AR)",
+        )
     out.print(t)
 
 

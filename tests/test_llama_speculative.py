@@ -65,7 +65,9 @@ class Prophet:
         v = self.engine.verify_and_draft(tokens, adjs, preview, temperature)
         draft = [self.truth[p] if p < len(self.truth) else 0 for p in range(first, first + len(preview))]
         draft = [(t + 1) % self.vocab_size if p in self.wrong else t for p, t in enumerate(draft, first)]
-        return dataclasses.replace(v, draft_tokens=np.array(draft, dtype=np.int64), draft_probs=np.ones(len(draft)))
+        return dataclasses.replace(
+            v, draft_tokens=np.array(draft, dtype=np.int64), draft_probs=np.ones(len(draft))
+        )
 
 
 def settings(mask: int, block_size: int, max_new_tokens: int, **kw) -> DecodingSettings:
@@ -90,11 +92,21 @@ def assert_same_state(a: bytes, b: bytes, atol: float) -> None:
     np.testing.assert_allclose(np.frombuffer(a[:n], np.float32), np.frombuffer(b[:n], np.float32), atol=atol)
 
 
+def assert_same_logits(dist: np.ndarray, expected: np.ndarray) -> None:
+    """Distributions whose logs (the adjusted logits / temperature, up to a constant per row) agree
+    within 1e-4, and with the same impossible tokens (bias -inf)."""
+    live = expected > 0
+    np.testing.assert_array_equal(dist > 0, live)
+    np.testing.assert_allclose(np.log(dist[live]), np.log(expected[live]), rtol=0, atol=1e-4)
+
+
 @pytest.mark.parametrize("prompt_name", list(PROMPTS))
 @pytest.mark.parametrize("block_size", [4, 8])
 @pytest.mark.parametrize("drafts", ["model", "prophet"])
-def test_greedy_speculative_equals_ar_on_the_gguf(gguf, ar_engine, spec_engine, prompt_name, block_size, drafts):
-    path, mask = gguf
+def test_greedy_speculative_equals_ar_on_the_gguf(
+    gguf, ar_engine, spec_engine, prompt_name, block_size, drafts
+):
+    mask = gguf[1]
     prompt, s = PROMPTS[prompt_name], settings(mask, block_size, 24, stop_token_ids=())
     ar = last_result(generate_ar(ar_engine, prompt, s))
     backend = spec_engine
@@ -108,8 +120,10 @@ def test_greedy_speculative_equals_ar_on_the_gguf(gguf, ar_engine, spec_engine, 
 
 
 @pytest.mark.parametrize("stop_at,budget", [(9, 24), (None, 11)], ids=["stop-in-draft", "budget-in-draft"])
-def test_stops_and_budget_inside_a_draft_end_the_response_as_ar(gguf, ar_engine, spec_engine, stop_at, budget):
-    path, mask = gguf
+def test_stops_and_budget_inside_a_draft_end_the_response_as_ar(
+    gguf, ar_engine, spec_engine, stop_at, budget
+):
+    mask = gguf[1]
     prompt = PROMPTS["long"]
     free = last_result(generate_ar(ar_engine, prompt, settings(mask, 8, 24, stop_token_ids=())))
     stops = () if stop_at is None else (free.tokens[stop_at],)
@@ -126,20 +140,27 @@ def test_stops_and_budget_inside_a_draft_end_the_response_as_ar(gguf, ar_engine,
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
-def test_a_verification_equals_a_commit_then_a_preview(gguf, ar_engine, spec_engine, temperature):
+@pytest.mark.parametrize("top_p", [1.0, 0.5], ids=["no-coreset", "coreset"])
+def test_the_fused_pass_equals_a_commit_then_a_preview(gguf, temperature, top_p):
+    """Causal rows with per-row adjustments, then a block with its coreset, in one graph: the
+    picks of a commit and of a preview after it, the same logits (log-distributions), and the
+    state of the commit alone."""
     path, mask = gguf
     prompt, rows = PROMPTS["long"], [17, 17, 230, 5, 17]
     s = settings(mask, 8, 24, stop_token_ids=(476,), stop_ramp_start=0.0, stop_ramp_max=10.0)
-    adjs = RowAdjustments.for_rows(s, spec_engine.vocab_size, prompt, [3, 17], rows)
-    assert len(adjs.ids) and not np.array_equal(adjs.bias[0], adjs.bias[-1])  # rows differ
-    ident = LogitAdjustment.identity(spec_engine.vocab_size)
-    block = [mask] * 6
+    coreset = {"coreset": top_p < 1, "coreset_top_p": top_p}
+    with engine(path, speculative=True, **coreset) as fused, engine(path, **coreset) as ref:
+        adjs = RowAdjustments.for_rows(s, fused.vocab_size, prompt, [3, 17], rows)
+        assert len(adjs.ids) and not np.array_equal(adjs.bias[0], adjs.bias[-1])  # rows differ
+        ident = LogitAdjustment.identity(fused.vocab_size)
+        block = [mask] * 6
 
-    spec_engine.prefill(prompt, ident)
-    v = spec_engine.verify_and_draft(rows, adjs, block, temperature)
-    ar_engine.prefill(prompt, ident)
-    causal = ar_engine.causal_logits(rows)
-    ahead = ar_engine.preview_logits(block)
+        fused.prefill(prompt, ident)
+        v = fused.verify_and_draft(rows, adjs, block, temperature)
+        ref.prefill(prompt, ident)
+        causal = ref.causal_logits(rows)
+        ahead = ref.preview_logits(block)
+        assert_same_state(fused.state_bytes(), ref.state_bytes(), atol=0)
 
     for j in range(len(rows)):
         tok, prob = pick(causal[j : j + 1], adjs.row(j))
@@ -149,16 +170,15 @@ def test_a_verification_equals_a_commit_then_a_preview(gguf, ar_engine, spec_eng
     np.testing.assert_allclose(v.draft_probs, prob, rtol=PROB_RTOL)
     if temperature > 0:
         assert v.dist is not None and v.draft_dist is not None
-        expected = [distribution(causal[j], adjs.row(j), temperature) for j in range(len(rows))]
-        np.testing.assert_allclose(v.dist, np.array(expected), atol=SAME)
-        np.testing.assert_allclose(v.draft_dist, distribution(ahead, adjs.last(), temperature), atol=SAME)
+        expected = np.array([distribution(causal[j], adjs.row(j), temperature) for j in range(len(rows))])
+        assert_same_logits(v.dist, expected)
+        assert_same_logits(v.draft_dist, distribution(ahead, adjs.last(), temperature))
     else:
         assert v.dist is None and v.draft_dist is None
-    assert_same_state(spec_engine.state_bytes(), ar_engine.state_bytes(), atol=0)
 
 
 def test_empty_parts_are_a_plain_preview_and_a_plain_commit(gguf, ar_engine, spec_engine):
-    path, mask = gguf
+    mask = gguf[1]
     prompt, block = PROMPTS["long"], [mask] * 4
     ident = LogitAdjustment.identity(spec_engine.vocab_size)
     spec_engine.prefill(prompt, ident)
@@ -173,7 +193,7 @@ def test_empty_parts_are_a_plain_preview_and_a_plain_commit(gguf, ar_engine, spe
 
 @pytest.mark.parametrize("kept", range(0, 7))
 def test_rollback_leaves_the_state_of_committing_only_the_kept_rows(gguf, ar_engine, spec_engine, kept):
-    path, mask = gguf
+    mask = gguf[1]
     prompt, rows = PROMPTS["long"], [11, 42, 7, 300, 5, 99]
     ident = LogitAdjustment.identity(spec_engine.vocab_size)
     spec_engine.prefill(prompt, ident)
@@ -193,10 +213,9 @@ def test_rollback_leaves_the_state_of_committing_only_the_kept_rows(gguf, ar_eng
     )
 
 
-def test_out_of_range_rollbacks_and_verifications_are_refused(gguf, ar_engine, spec_engine):
+def test_out_of_range_rollbacks_and_verifications_are_refused(ar_engine, spec_engine):
     from clover_local.llama.engine import EngineError
 
-    path, mask = gguf
     ident = LogitAdjustment.identity(spec_engine.vocab_size)
     spec_engine.prefill(PROMPTS["long"], ident)
     spec_engine.verify_and_draft([1, 2, 3], RowAdjustments.constant(ident, 3), [])
@@ -204,6 +223,9 @@ def test_out_of_range_rollbacks_and_verifications_are_refused(gguf, ar_engine, s
     for bad in (n - 1, n + 4):
         with pytest.raises(ValueError, match="cannot roll back"):
             spec_engine.rollback(bad)
+    spec_engine.rollback(n + 2)
+    with pytest.raises(EngineError, match="roll back"):  # one rollback per verification
+        spec_engine.rollback(n + 1)
     rows = list(range(spec_engine.n_rs_seq + 1))
     with pytest.raises(EngineError, match="snapshots"):
         spec_engine.verify_and_draft(rows, RowAdjustments.constant(ident, len(rows)), [])
@@ -212,7 +234,7 @@ def test_out_of_range_rollbacks_and_verifications_are_refused(gguf, ar_engine, s
 
 
 def test_clover_speculative_mode_on_a_gguf_equals_ar(gguf):
-    path, mask = gguf
+    path = gguf[0]
     kw = {"n_ctx": 256, "n_threads": 2, "n_gpu_layers": N_GPU_LAYERS, "verbose": LOG}
     with Clover(path, mode="ar", **kw) as ar, Clover(path, mode="speculative", **kw) as spec:
         expected = ar.create_completion(PROMPTS["long"], max_tokens=16)

@@ -11,6 +11,8 @@ import pytest
 from clover_convert.pipeline import Options, convert, prepare
 
 from clover_local.llama import source, unavailable
+from clover_local.policy import DecodingSettings
+from clover_local.speculative import RowAdjustments
 
 SKIP = unavailable()
 N_GPU_LAYERS = int(
@@ -78,7 +80,8 @@ def test_parser_reads_a_supports_op_switch():
 
 @pytest.fixture(scope="module")
 def graph_nodes(checkpoint_factory, tmp_path_factory) -> set[tuple[str, str, tuple[str, ...]]]:
-    """(op label, node type, source types) of every node of a prefill, a coreset preview and a commit."""
+    """(op label, node type, source types) of every node of a prefill, a coreset preview, a commit
+    and a fused speculative pass (causal rows with per-row adjustments, then a coreset preview)."""
     if SKIP is not None:
         pytest.skip(SKIP)
     from clover_local.llama import capi
@@ -111,11 +114,16 @@ def graph_nodes(checkpoint_factory, tmp_path_factory) -> set[tuple[str, str, tup
         coreset=True,
         coreset_top_p=0.5,
         eval_callback=record,
+        speculative=True,
     ) as eng:
         rng = np.random.default_rng(0)
         eng.causal_logits(rng.integers(0, eng.vocab_size, 9).tolist())
         eng.preview_logits(rng.integers(0, eng.vocab_size, 8).tolist())
         eng.causal_logits(rng.integers(0, eng.vocab_size, 8).tolist())
+        s = DecodingSettings(mask_token_id=0, block_size=8, max_new_tokens=8, presence_penalty=1.0)
+        rows = rng.integers(0, eng.vocab_size, 4).tolist()
+        adjs = RowAdjustments.for_rows(s, eng.vocab_size, [], [], rows)
+        eng.verify_and_draft(rows, adjs, rng.integers(0, eng.vocab_size, 8).tolist())
     return nodes
 
 

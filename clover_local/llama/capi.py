@@ -73,6 +73,77 @@ def llama_clover_preview(
 ) -> int: ...
 
 
+# LLAMA_API int32_t llama_clover_set_row_adjust(
+#         struct llama_context * ctx,
+#            const llama_token * ids,
+#                      int32_t   n_ids,
+#                  const float * pos_scale,
+#                  const float * neg_scale,
+#                  const float * bias,
+#                      int32_t   n_rows);
+@ctypes_function(
+    "llama_clover_set_row_adjust",
+    [
+        llama_context_p_ctypes,
+        ctypes.c_void_p,
+        ctypes.c_int32,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int32,
+    ],
+    ctypes.c_int32,
+    enabled=PATCHED,
+)
+def llama_clover_set_row_adjust(
+    ctx: int,
+    ids: int | None,
+    n_ids: int,
+    pos_scale: int | None,
+    neg_scale: int | None,
+    bias: int | None,
+    n_rows: int,
+    /,
+) -> int: ...
+
+
+# LLAMA_API int32_t llama_clover_verify_and_draft(
+#         struct llama_context * ctx,
+#                 llama_seq_id   seq_id,
+#            const llama_token * tokens,
+#                      int32_t   n_tokens,
+#            const llama_token * block,
+#                      int32_t   n_block,
+#                         bool   coreset,
+#                        float   top_p);
+@ctypes_function(
+    "llama_clover_verify_and_draft",
+    [
+        llama_context_p_ctypes,
+        llama_seq_id,
+        llama_token_p,
+        ctypes.c_int32,
+        llama_token_p,
+        ctypes.c_int32,
+        ctypes.c_bool,
+        ctypes.c_float,
+    ],
+    ctypes.c_int32,
+    enabled=PATCHED,
+)
+def llama_clover_verify_and_draft(
+    ctx: int,
+    seq_id: int,
+    tokens: ctypes.Array,
+    n_tokens: int,
+    block: ctypes.Array,
+    n_block: int,
+    coreset: bool,
+    top_p: float,
+    /,
+) -> int: ...
+
+
 # LLAMA_API int32_t llama_clover_get_rows(
 #         struct llama_context * ctx,
 #                  llama_token * tokens,

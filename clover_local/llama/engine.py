@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from llama_cpp import llama_cpp as ll
 
-from ..policy import LogitAdjustment, distribution, pick
+from ..policy import LogitAdjustment, distribution
 from ..speculative import RowAdjustments, Verification
 from . import capi
 
@@ -139,7 +139,6 @@ class LlamaEngine:
         self.n_rs_seq = ll.llama_n_rs_seq(self.ctx)
         self._adjusted = False
         self._pass_start: int | None = None  # first position of the last verification's causal rows
-        self._rolled_back = False  # a rollback not yet consumed by a causal pass (see `_preview`)
 
     def _meta(self, key: str, default: str) -> str:
         buf = ctypes.create_string_buffer(256)
@@ -178,41 +177,62 @@ class LlamaEngine:
     def verify_and_draft(
         self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
     ) -> Verification:
-        """Two passes (the fused graph is not there yet): a commit of `tokens` with every row's
-        logits read back and picked under `adjs.row(j)` on the host, then a preview of `preview`
-        under `adjs.last()`; full preview logits only when sampling."""
+        """One graph (`llama_clover_verify_and_draft`): `tokens` run causally, keeping a recurrent-state
+        snapshot after every row (`speculative=True`), then the `preview` block over the state they
+        produce. The head picks causal row j under `adjs.row(j)` and the block under `adjs.last()`
+        (the base vector plus [rows, len(adjs.ids)] entries); full logits are read back only when
+        sampling."""
         if len(tokens) > self.n_rs_seq:
             raise EngineError(
                 f"a verification of {len(tokens)} rows needs as many recurrent-state snapshots "
                 f"(LlamaEngine(speculative=True) keeps {self.n_rs_seq})"
             )
-        self._pass_start = self.n_past
-        empty = np.zeros((0, self.vocab_size), dtype=np.float32)
-        causal = self.causal_logits(tokens) if len(tokens) else empty
-        self._rolled_back = False
-        picks = [pick(causal[j : j + 1], adjs.row(j)) for j in range(len(tokens))]
-        sampled = temperature > 0
-        if not len(preview):
-            draft_tokens, draft_probs, ahead = np.zeros(0, dtype=np.int64), np.zeros(0), empty
-        else:
-            draft_tokens, draft_probs, ahead = self._preview(preview, adjs.last(), logits=sampled)
+        if len(preview) and not self.has_diffusion:
+            raise EngineError(
+                "this GGUF has no block-diffusion tensors (converted with --ar-only): "
+                "drafts need a file converted without --ar-only"
+            )
+        start, sampled = self.n_past, temperature > 0
+        self._set_adjust(adjs.base)
+        if len(tokens) and len(adjs.ids):
+            ids = np.ascontiguousarray(adjs.ids, dtype=np.int32)
+            rows = [
+                np.ascontiguousarray(a, dtype=np.float32) for a in (adjs.pos_scale, adjs.neg_scale, adjs.bias)
+            ]
+            rc = capi.llama_clover_set_row_adjust(
+                self.ctx, ids.ctypes.data, len(ids), *(r.ctypes.data for r in rows), len(tokens)
+            )
+            if rc != 0:
+                raise _failed(f"llama_clover_set_row_adjust failed ({rc})")
+        capi.llama_clover_set_head(self.ctx, False, sampled)
+        causal, block = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(preview))(*preview)
+        rc = capi.llama_clover_verify_and_draft(
+            self.ctx, SEQ, causal, len(tokens), block, len(preview), self.coreset, self.coreset_top_p
+        )
+        if rc != 0:
+            raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
+        self._pass_start = start
+        k, n = len(tokens), len(tokens) + len(preview)
+        tok, prob = self._rows(n)
+        logits = self._logits(n) if sampled else None
         return Verification(
-            np.array([int(t[0]) for t, _ in picks], dtype=np.int64),
-            np.array([float(p[0]) for _, p in picks]),
-            draft_tokens,
-            draft_probs,
-            np.array([distribution(causal[j], adjs.row(j), temperature) for j in range(len(tokens))])
-            if sampled
+            tok[:k],
+            prob[:k].astype(np.float64),
+            tok[k:],
+            prob[k:].astype(np.float64),
+            np.array([distribution(logits[j], adjs.row(j), temperature) for j in range(k)])
+            if logits is not None
             else None,
-            distribution(ahead, adjs.last(), temperature) if sampled and len(preview) else None,
+            distribution(logits[k:], adjs.last(), temperature)
+            if logits is not None and len(preview)
+            else None,
         )
 
     def rollback(self, n_keep: int) -> None:
         """Cut K/V after `n_keep` and select the GDN snapshot of that row (llama.cpp's `n_rs_seq`
-        rollback: the next pass reads it, nothing is recomputed)."""
+        rollback: the next pass reads it, nothing is recomputed). One rollback per verification."""
         if n_keep == 0:
             self.reset()
-            self._pass_start = None
             return
         n_past = self.n_past
         if self._pass_start is None or not self._pass_start <= n_keep <= n_past:
@@ -222,7 +242,6 @@ class LlamaEngine:
         if n_keep < n_past:
             if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ctx), SEQ, n_keep, -1):
                 raise _failed(f"could not roll back to {n_keep}")
-            self._rolled_back = True
 
     # verification and tests
 
@@ -237,7 +256,7 @@ class LlamaEngine:
     def reset(self) -> None:
         """Forget the sequence."""
         ll.llama_memory_clear(ll.llama_get_memory(self.ctx), True)
-        self._rolled_back = False
+        self._pass_start = None
 
     def state_bytes(self) -> bytes:
         """The sequence's serialized memory (K/V cells, conv and recurrent states)."""
@@ -287,6 +306,7 @@ class LlamaEngine:
         if len(tokens) == 0:
             raise ValueError("a pass needs at least one token")
         self._set_adjust(adj)
+        self._pass_start = None  # the snapshots now belong to this pass
         capi.llama_clover_set_head(self.ctx, True, logits)
         toks, probs, outs = [], [], []
         batch = ll.llama_batch_init(self.n_batch, 0, 1)
@@ -304,7 +324,6 @@ class LlamaEngine:
                 rc = ll.llama_decode(self.ctx, batch)
                 if rc != 0:
                     raise _failed(f"llama_decode failed ({rc})")
-                self._rolled_back = False
                 n_out = len(chunk) if all_rows else int(start + len(chunk) == len(tokens))
                 if n_out:
                     t, p = self._rows(n_out)
@@ -317,22 +336,6 @@ class LlamaEngine:
             capi.llama_clover_set_head(self.ctx, False, True)
         return np.concatenate(toks), np.concatenate(probs), np.concatenate(outs) if logits else None
 
-    def _settle_rollback(self) -> None:
-        """Make a pending rollback permanent before a preview.
-
-        llama.cpp applies a rollback lazily: the next graph reads the selected snapshot and a
-        causal pass writes it back as the current state, but a preview writes nothing, so it would
-        consume the selection and leave the state of before the rollback. A round trip through the
-        sequence's serialized state (which reads the selected snapshot) makes it current, at the
-        cost of copying the sequence's K/V; the speculative loop never previews right after a
-        rollback (its next pass is causal), only a caller mixing the protocols pays it.
-        """
-        data = self.state_bytes()
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if ll.llama_state_seq_set_data(self.ctx, buf, len(data), SEQ) != len(data):
-            raise _failed("could not restore the sequence state after a rollback")
-        self._rolled_back = False
-
     def _preview(
         self, block: Sequence[int], adj: LogitAdjustment, logits: bool
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -341,8 +344,6 @@ class LlamaEngine:
                 "this GGUF has no block-diffusion tensors (converted with --ar-only): "
                 "previews need a file converted without --ar-only"
             )
-        if self._rolled_back:
-            self._settle_rollback()
         self._set_adjust(adj)
         capi.llama_clover_set_head(self.ctx, False, logits)
         arr = (ll.llama_token * len(block))(*block)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -274,6 +274,9 @@ class Clover:
             mode,
         )
         self.think_ids = (tokenizer.token_id(THINK_START), tokenizer.token_id(THINK_END))
+        # draft controls of the speculative mode (draft length, refinements, threshold, adaptive);
+        # assign a new `SpeculativeSettings` to change them; temperature and seed come per request
+        self.draft = speculative.SpeculativeSettings()
         self._coreset = get_coreset(backend)
         self._request = 0
 
@@ -368,7 +371,7 @@ class Clover:
         if self.mode == "speculative":
             if not hasattr(self.backend, "verify_and_draft"):
                 raise ValueError("this backend cannot run the speculative mode (no verify_and_draft pass)")
-            spec = speculative.SpeculativeSettings(temperature=temperature, seed=seed)
+            spec = replace(self.draft, temperature=temperature, seed=seed)
             return speculative.generate(self.backend, tokens, s, spec)
         return generate(self.backend, tokens, s)
 

@@ -30,6 +30,7 @@ from .chat import ChatSession, drain
 from .config import ConfigError
 from .llama.engine import EngineError
 from .model_info import ModelFileError, read_info
+from .speculative import SpeculativeSettings
 from .tokenizer import ChatTemplateError
 from .visual import BlockView
 
@@ -136,6 +137,9 @@ def verify(
         out.print(t)
         n_ref = len(report.reference_generated)
         out.print(f"greedy generation: {report.token_agreement:.1%} of {n_ref} tokens agree")
+        if report.speculative_identical is not None:
+            same = "identical to" if report.speculative_identical else "[red]differs from[/red]"
+            out.print(f"speculative decoding: {same} left-to-right decoding on this file")
         verdict = {True: "[green]PASS[/green]", False: "[red]FAIL[/red]", None: "no tolerance for this type"}
         out.print(f"{verdict[report.passed]}" + "".join(f"\n  {f}" for f in report.failures))
     if report.passed is False:
@@ -197,6 +201,30 @@ MODEL_OPTIONS = [
     ),
     _option("threads", int | None, None, "--threads", "-t", help="CPU threads (default: llama.cpp's)."),
     _option("verbose", bool, False, "--verbose", help="Show llama.cpp's log."),
+    _option(
+        "draft_len",
+        int | None,
+        None,
+        "--draft-len",
+        help="speculative: most drafted tokens per pass (default: block size - 1).",
+    ),
+    _option(
+        "refinements", int, 0, "--refinements", help="speculative: preview passes refining a draft (0: none)."
+    ),
+    _option(
+        "draft_threshold",
+        float,
+        0.0,
+        "--draft-threshold",
+        help="speculative: cut a draft before its first row less confident than this.",
+    ),
+    _option(
+        "adaptive",
+        bool,
+        True,
+        "--adaptive/--fixed-draft",
+        help="speculative: adapt the draft length to the recent acceptance (down to plain AR steps).",
+    ),
 ]
 
 # Decoding options: keyword arguments of `create_*_completion` (None: the model's default).
@@ -271,6 +299,10 @@ def load_model(
     n_gpu_layers: int,
     threads: int | None,
     verbose: bool,
+    draft_len: int | None = None,
+    refinements: int = 0,
+    draft_threshold: float = 0.0,
+    adaptive: bool = True,
 ) -> Clover:
     """Resolve MODEL (downloading a Hub GGUF) and load it on the chosen backend."""
     path = model_source.resolve(model, file)
@@ -280,15 +312,20 @@ def load_model(
                 f"{path}: --backend reference runs a checkpoint directory (config.json + safetensors); "
                 "a GGUF runs on the default backend"
             )
-        return Clover.from_checkpoint(path, n_ctx=n_ctx, mode=mode.value)
-    if path.is_dir():
+        clover = Clover.from_checkpoint(path, n_ctx=n_ctx, mode=mode.value)
+    elif path.is_dir():
         raise ModelFileError(
             f"{path}: is a checkpoint directory; convert it (clover convert) or run it on the numpy "
             "reference with --backend reference"
         )
-    return Clover(
-        path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=threads, verbose=verbose, mode=mode.value
+    else:
+        clover = Clover(
+            path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=threads, verbose=verbose, mode=mode.value
+        )
+    clover.draft = SpeculativeSettings(
+        draft_len=draft_len, refinements=refinements, draft_threshold=draft_threshold, adaptive=adaptive
     )
+    return clover
 
 
 def _request(decoding: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """`clover verify`: run the same prompt through the llama.cpp runtime and the float64 reference.
 
 Compares causal logits over the prompt, one preview of a partially masked block, the commit of
-that block, and a short greedy block-diffusion generation. Tolerances depend on the file type:
+that block, a short greedy block-diffusion generation, and (files with the diffusion tensors)
+that self-speculative decoding writes exactly what left-to-right decoding writes on the same file,
+which must hold for every file type. Tolerances depend on the file type:
 F32 files must match the logits to 1e-3 (0.1 with layers on a GPU: ggml-cuda's F32 matmuls are
 about 1e-3 relative) and generate the same tokens; F16, BF16 and Q8_0 files must agree on at least
 95% of the generated tokens; other types are reported without a verdict.
@@ -16,11 +18,14 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from . import speculative
 from .config import CheckpointConfig
-from .decode import complete
+from .decode import complete, generate_ar, last_result
+from .model_info import read_info
 from .policy import DecodingSettings
 from .reference.backend import NumpyBackend
 from .reference.model import ReferenceModel
+from .speculative import SpeculativeSettings
 from .tokenizer import CloverTokenizer
 
 
@@ -69,12 +74,15 @@ class VerifyReport:
     generated: list[int]
     reference_generated: list[int]
     token_agreement: float
+    speculative_identical: bool | None = None  # speculative == ar on this file (None: not run)
     failures: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool | None:
-        """True / False against the file type's tolerance; None when the type has none."""
-        return None if self.tolerance is None else not self.failures
+        """False on any failure; else True against the file type's tolerance, None when it has none."""
+        if self.failures:
+            return False
+        return None if self.tolerance is None else True
 
     def to_dict(self) -> dict:
         return {**asdict(self), "passed": self.passed}
@@ -129,6 +137,7 @@ def verify(
     state = ref.new_state()
     settings = DecodingSettings.from_defaults(ckpt.generation, mask, max_new_tokens=max_new_tokens)
     ftype = file_type(gguf_path)
+    speculative_check = read_info(gguf_path).has_diffusion_tensors
     tol = TOLERANCES.get(ftype)
     if tol is not None and tol.logit_max_abs is not None and n_gpu_layers > 0:
         tol = replace(tol, logit_max_abs=GPU_LOGIT_MAX_ABS)
@@ -141,16 +150,28 @@ def verify(
         flash_attn=flash_attn,
         f32_cache=f32_cache,
         log=log,
+        speculative=speculative_check,
     ) as eng:
         causal = PassDiff.of(eng.causal_logits(ids), ref.commit(ids, state))
         preview = PassDiff.of(eng.preview_logits(block), ref.preview(block, state))
         commit = PassDiff.of(eng.causal_logits(resolved), ref.commit(resolved, state))
         got = list(complete(eng, ids, settings).tokens)
+        ar = spec = None
+        if speculative_check:
+            ar = last_result(generate_ar(eng, ids, settings)).tokens
+            spec = last_result(speculative.generate(eng, ids, settings, SpeculativeSettings())).tokens
     expected = list(complete(NumpyBackend(ref), ids, settings).tokens)
 
     report = VerifyReport(
         str(gguf_path), ftype, len(ids), tol, causal, preview, commit, got, expected, agreement(got, expected)
     )
+    if speculative_check:
+        report.speculative_identical = ar == spec
+        if ar != spec:
+            first = next(
+                (i for i, (a, b) in enumerate(zip(ar, spec, strict=False)) if a != b), min(len(ar), len(spec))
+            )
+            report.failures.append(f"speculative decoding differs from ar decoding at token {first}")
     if tol is not None:
         for name, d in (("causal", causal), ("preview", preview), ("commit", commit)):
             if tol.logit_max_abs is not None and d.max_abs > tol.logit_max_abs:

@@ -239,3 +239,19 @@ def test_hub_file_patterns_pick_one_model():
         ModelFileError, match="no GGUF matches 'IQ2_XS'; the repository has: Clover-35B-A3B-Q4_K_M.gguf"
     ):
         pick_files(FILES, "IQ2_XS")
+
+
+@pytest.mark.skipif(llama.unavailable() is not None, reason=llama.unavailable() or "")
+def test_speculative_draft_options_keep_the_ar_output(gguf_factory):
+    """`--mode speculative` with any draft controls writes what `--mode ar` writes."""
+    _, gguf = gguf_factory("tiny")
+    common = ["generate", str(gguf), "-p", PROMPT, "-n", "24", "--json"]
+    ar = clover(*common, "--mode", "ar")
+    assert ar.returncode == 0, ar.stderr
+    want = json.loads(ar.stdout)["clover"]["tokens"]
+    for draft in (["--draft-len", "3", "--fixed-draft"], ["--draft-threshold", "0.5", "--refinements", "1"]):
+        res = clover(*common, "--mode", "speculative", *draft)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["clover"]["tokens"] == want, draft
+    bad = clover(*common, "--mode", "speculative", "--draft-len", "99")
+    assert "draft_len 99 outside 0..31" in one_error_line(bad)

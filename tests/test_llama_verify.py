@@ -69,6 +69,7 @@ def test_clover_verify_command_passes_a_conversion_and_fails_a_mismatch(checkpoi
     assert ok.returncode == 0, ok.stderr
     report = json.loads(ok.stdout)
     assert report["passed"] is True and report["token_agreement"] == 1.0
+    assert report["speculative_identical"] is True
     other = subprocess.run([*cmd, str(checkpoint_factory("tiny", seed=1))], capture_output=True, text=True)
     assert other.returncode == 1
     assert "FAIL" in other.stdout and "logits differ by" in other.stdout

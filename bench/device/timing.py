@@ -76,6 +76,9 @@ class Raw:
         n_ubatch: int,
         threads: int | None,
     ):
+        # llama.cpp's own stderr log, no Python log callback: with a CUDA build on the H200 image a
+        # Python callback segfaults inside model loading (see docs/performance.md, H200)
+        ll.llama_log_set(ll.llama_log_callback(), ctypes.c_void_p(0))
         ll.llama_backend_init()
         mp = ll.llama_model_default_params()
         mp.n_gpu_layers = ngl
@@ -214,7 +217,12 @@ def run_engine(path: str, args, rng, res: dict) -> None:
         skipped["engine"] = "the installed llama_cpp has no Clover C API (unpatched build)"
         return
     eng = LlamaEngine(
-        path, n_ctx=args.n_ctx, n_gpu_layers=args.ngl, flash_attn=args.flash_attn, n_ubatch=args.n_ubatch
+        path,
+        n_ctx=args.n_ctx,
+        n_gpu_layers=args.ngl,
+        flash_attn=args.flash_attn,
+        n_ubatch=args.n_ubatch,
+        log=True,  # no Python log callback (it crashes model loading on the H200 image)
     )
     try:
         V = eng.vocab_size

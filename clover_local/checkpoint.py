@@ -13,7 +13,6 @@ import ctypes
 import json
 import mmap
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,9 +207,6 @@ class Checkpoint:
         if name.endswith("gate_up_proj"):
             return np.stack([np.concatenate([g, u], axis=0) for g, u, _ in parts])
         return np.stack([d for _, _, d in parts])
-
-    def iter_entries(self) -> Iterator[tuple[str, TensorEntry]]:
-        yield from self.entries.items()
 
 
 def to_float(a: np.ndarray, stored: str, dtype: type = np.float32) -> np.ndarray:

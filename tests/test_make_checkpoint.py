@@ -66,7 +66,7 @@ def test_variant_matches_expected_shapes(checkpoint_factory, preset: str) -> Non
     for name, shape in shapes.items():
         assert ckpt.get(name).shape == shape, name
     assert ckpt.fused_experts == p.fused_experts and ckpt.has_diffusion_tensors == p.diffusion
-    stored = {e.key for _, e in ckpt.iter_entries()}
+    stored = {e.key for _, e in ckpt.entries.items()}
     assert ("lm_head.weight" in stored) != p.tie_word_embeddings
     assert f"{p.prefix}embed_tokens.weight" in stored
 

@@ -164,28 +164,37 @@ class DraftLength:
     """Adaptive draft length (slow start): after a verification of k >= 1 drafted tokens with a
     accepted, the length doubles (at most `limit`) if all were accepted, else it drops to a, the
     run that agreed. At 0 the iterations are plain `ar` steps without a preview; after
-    `probe_after` of them the length goes back to 1 to measure again. Without `adaptive` it
-    stays at `limit`.
+    `probe_after` of them the length goes back to 1 to measure again, and every probe that finds
+    nothing accepted doubles that wait (up to `MAX_PROBE_GAP`), so a model whose drafts never
+    agree costs close to plain `ar`. Without `adaptive` it stays at `limit`.
     """
+
+    MAX_PROBE_GAP = 64
 
     limit: int
     adaptive: bool = True
     probe_after: int = 4
     length: int = field(init=False)
     _ar_steps: int = field(default=0, init=False)
+    _gap: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
-        self.length = self.limit
+        self.length, self._gap = self.limit, self.probe_after
+
+    def after_full_acceptance(self) -> int:
+        """The length the next draft gets if every token of the current one is kept."""
+        return min(self.limit, 2 * self.length) if self.adaptive else self.length
 
     def update(self, drafted: int, accepted: int) -> None:
         if not self.adaptive:
             return
         if drafted:
             self.length = min(self.limit, 2 * self.length) if accepted == drafted else accepted
+            self._gap = self.probe_after if accepted else min(self.MAX_PROBE_GAP, 2 * self._gap)
             self._ar_steps = 0
         elif self.length == 0:
             self._ar_steps += 1
-            if self._ar_steps >= self.probe_after:
+            if self._ar_steps >= self._gap:
                 self.length, self._ar_steps = min(1, self.limit), 0
 
 
@@ -296,7 +305,14 @@ def generate(
     policy.check_length(len(prompt), s)
     rng, temp, vocab = np.random.default_rng(spec.seed), spec.temperature, backend.vocab_size
     lengths = DraftLength(limit, spec.adaptive, spec.probe_after)
-    stops, masks = set(s.stop_token_ids), [s.mask_token_id] * s.block_size
+    stops = set(s.stop_token_ids)
+
+    def masks() -> list[int]:
+        """The next preview block: one row more than the draft it can serve (a full block for the
+        longest draft, as in diffusion, where a block's last preview row is unused; few rows for a
+        short one)."""
+        return [s.mask_token_id] * min(s.block_size, lengths.after_full_acceptance() + 1)
+
     start = time.perf_counter()
 
     def preview_fits(position: int) -> bool:
@@ -311,7 +327,7 @@ def generate(
         backend.rollback(0)
     drafting = s.max_new_tokens > 1 and preview_fits(len(prompt))
     v = backend.verify_and_draft(
-        prompt[-1:], RowAdjustments.constant(adj, 1), masks if drafting else [], temp
+        prompt[-1:], RowAdjustments.constant(adj, 1), masks() if drafting else [], temp
     )
     pending = int(v.tokens[0]) if v.dist is None else _sample(rng, v.dist[0])
     draft = _propose(v, lengths.length, spec.draft_threshold, rng)
@@ -325,7 +341,7 @@ def generate(
         room = s.max_new_tokens - len(response) - 1  # positions left after the pending token
         draft = draft.cut(0 if pending in stops else room)
         for _ in range(spec.refinements if draft.tokens else 0):
-            block = [pending, *draft.tokens, *masks][: s.block_size]
+            block = [pending, *draft.tokens, *masks()][: s.block_size]
             seen = policy.resolved_response(response, block, s.mask_token_id)
             r = backend.verify_and_draft(
                 [], RowAdjustments.constant(policy.adjustment(s, vocab, prompt, seen), 0), block, temp
@@ -337,7 +353,7 @@ def generate(
         adjs = RowAdjustments.for_rows(s, vocab, prompt, response, rows)
         ends = any(t in stops for t in rows) or len(draft.tokens) == room  # if every draft token is kept
         wanted = not ends and preview_fits(position + len(rows))
-        v = backend.verify_and_draft(rows, adjs, masks if wanted else [], temp)
+        v = backend.verify_and_draft(rows, adjs, masks() if wanted else [], temp)
         a, bonus = _accept(v, draft, rng)
         kept = rows[: a + 1]
         response += kept

@@ -30,7 +30,8 @@ lint: install
 	$(BIN)/ruff format --check .
 
 # The demo: generate a small Clover checkpoint, convert it to Q8_0 with clover-convert, show the
-# file, then a scripted two-turn chat and a visual generation through the patched llama.cpp.
+# file, then a scripted two-turn chat and a visual generation through the patched llama.cpp, and
+# last the numpy reference's pass-by-pass trace of the same model (positions filled per pass).
 DEMO := build/demo
 demo: install
 	test -f $(DEMO)/checkpoint/config.json || $(BIN)/python -m clover_local.testing.make_checkpoint $(DEMO)/checkpoint --preset tiny
@@ -38,6 +39,7 @@ demo: install
 	$(BIN)/clover info $(DEMO)/clover-tiny-Q8_0.gguf
 	printf 'Hello there!\n/think off\nWhat is a clover?\n' | $(BIN)/clover chat $(DEMO)/clover-tiny-Q8_0.gguf -n 48
 	$(BIN)/clover generate $(DEMO)/clover-tiny-Q8_0.gguf -p "Write a haiku about clover." -n 64 --visual
+	$(BIN)/python -m clover_local.reference.demo --checkpoint $(DEMO)/checkpoint --max-new-tokens 32
 
 clean:
 	rm -rf $(VENV) build

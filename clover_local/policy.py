@@ -142,6 +142,15 @@ def thinking(prompt: Sequence[int], response: Sequence[int], s: DecodingSettings
     return False
 
 
+def thinking_after(inside: bool, token: int, s: DecodingSettings) -> bool:
+    """`thinking` after one more token, from its value before (the same rule, one step)."""
+    if s.think_start_id is None or s.think_end_id is None:
+        return False
+    if token in (s.think_start_id, s.think_end_id):
+        return token == s.think_start_id
+    return inside
+
+
 def adjustment(
     s: DecodingSettings, vocab_size: int, prompt: Sequence[int], response: Sequence[int]
 ) -> LogitAdjustment:
@@ -157,15 +166,31 @@ def adjustment(
     return _scatter(LogitAdjustment.identity(vocab_size), ids[inside], [v[inside] for v in values])
 
 
-def adjustment_at(
-    s: DecodingSettings, ids: np.ndarray, prompt: Sequence[int], response: Sequence[int]
-) -> LogitAdjustment:
-    """`adjustment` at the sorted token `ids` only: [len(ids)] vectors, in O(len(ids) + len(response)).
-
-    Per-row adjustments differ from a shared base only at a few ids (`speculative.RowAdjustments`).
+def adjustment_rows(
+    s: DecodingSettings, ids: np.ndarray, prompt: Sequence[int], response: Sequence[int], rows: Sequence[int]
+) -> list[LogitAdjustment]:
+    """`adjustment(s, V, prompt, [*response, *rows[:j + 1]])` at the sorted token `ids` only, for
+    every row j: [len(ids)] vectors, counting the response once, O(len(response) + len(rows) x
+    len(ids)) whatever the vocabulary. `ids` must hold every row token. Per-row adjustments differ
+    from a shared base only at a few ids (`speculative.RowAdjustments`).
     """
     ids = np.asarray(ids, dtype=np.int64)
-    entry_ids, values = _entries(s, prompt, response)
+    seen, n = np.unique(np.asarray(response, dtype=np.int64), return_counts=True)
+    at = np.searchsorted(seen, ids).clip(max=max(len(seen) - 1, 0))
+    counts = np.where(seen[at] == ids, n[at], 0) if len(seen) else np.zeros(len(ids), dtype=np.int64)
+    inside = thinking(prompt, response, s)
+    out = []
+    for j, token in enumerate(rows):
+        counts[np.searchsorted(ids, token)] += 1
+        inside = thinking_after(inside, token, s)
+        present = counts > 0
+        entries = _entries_of_counts(s, ids[present], counts[present], len(response) + j + 1, inside)
+        out.append(_restrict(ids, *entries))
+    return out
+
+
+def _restrict(ids: np.ndarray, entry_ids: np.ndarray, values: list[np.ndarray]) -> LogitAdjustment:
+    """The entries' values at the sorted `ids` (identity where an id has no entry)."""
     if not len(ids):
         return LogitAdjustment.identity(0)
     at = np.searchsorted(ids, entry_ids).clip(max=len(ids) - 1)
@@ -179,6 +204,14 @@ def _entries(
     """`adjustment`'s values where they differ from the identity: sorted token ids and their
     (pos_scale, neg_scale, bias), O(len(response)) whatever the vocabulary."""
     seen, n = np.unique(np.asarray(response, dtype=np.int64), return_counts=True)
+    return _entries_of_counts(s, seen, n, len(response), thinking(prompt, response, s))
+
+
+def _entries_of_counts(
+    s: DecodingSettings, seen: np.ndarray, n: np.ndarray, n_generated: int, inside_think: bool
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The adjustment's formula from the response's token counts (`seen` sorted, `n` their counts),
+    its length and whether it ends inside a think section."""
     special = [s.mask_token_id, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])]
     ids = np.union1d(seen, special)
     adj = LogitAdjustment.identity(len(ids))
@@ -186,12 +219,12 @@ def _entries(
     adj.pos_scale[at] = 1.0 / s.repetition_penalty
     adj.neg_scale[at] = s.repetition_penalty
     adj.bias[at] -= s.presence_penalty + s.frequency_penalty * n.astype(np.float32)
-    stop_bias = ramp(len(response), s.max_new_tokens, s.stop_ramp_start, s.stop_ramp_max)
+    stop_bias = ramp(n_generated, s.max_new_tokens, s.stop_ramp_start, s.stop_ramp_max)
     if stop_bias and s.stop_token_ids:
         adj.bias[np.searchsorted(ids, s.stop_token_ids)] += stop_bias
-    if s.think_end_id is not None and thinking(prompt, response, s):
+    if s.think_end_id is not None and inside_think:
         adj.bias[np.searchsorted(ids, s.think_end_id)] += ramp(
-            len(response), s.max_new_tokens, s.think_ramp_start, s.think_ramp_max
+            n_generated, s.max_new_tokens, s.think_ramp_start, s.think_ramp_max
         )
     adj.bias[np.searchsorted(ids, s.mask_token_id)] = -np.inf  # -inf absorbs every other term
     return ids, [adj.pos_scale, adj.neg_scale, adj.bias]

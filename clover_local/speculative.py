@@ -74,9 +74,7 @@ class RowAdjustments:
         """Adjustments of causal rows that append `rows` (response tokens) after `response`."""
         touched = {*rows, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])}
         ids = np.array(sorted(t for t in touched if 0 <= t < vocab_size), dtype=np.int64)
-        per_row = [
-            policy.adjustment_at(s, ids, prompt, [*response, *rows[: j + 1]]) for j in range(len(rows))
-        ]
+        per_row = policy.adjustment_rows(s, ids, prompt, response, rows)
         values = [np.stack([getattr(a, f) for a in per_row]) for f in ("pos_scale", "neg_scale", "bias")]
         return cls(policy.adjustment(s, vocab_size, prompt, response), ids, *values)
 

@@ -191,6 +191,11 @@ class Clover:
         flash_attn: bool | None = None,
     ):
         info = read_info(model_path)
+        if info.gdn_layers >= int(info.hyperparameters.get("block_count", 0)):
+            raise ModelFileError(
+                f"{model_path}: no full-attention layer (every layer is Gated DeltaNet); llama.cpp's "
+                "hybrid memory needs one (a generated model needs --layers 4 or more)"
+            )
         if mode == "diffusion" and not info.has_diffusion_tensors:
             raise ModelFileError(
                 f"{model_path}: no block-diffusion tensors (an --ar-only or upstream file); "

@@ -255,3 +255,14 @@ def test_speculative_draft_options_keep_the_ar_output(gguf_factory):
         assert json.loads(res.stdout)["clover"]["tokens"] == want, draft
     bad = clover(*common, "--mode", "speculative", "--draft-len", "99")
     assert "draft_len 99 outside 0..31" in one_error_line(bad)
+
+
+def test_a_model_without_attention_layers_is_refused_not_aborted(tmp_path):
+    """llama.cpp's hybrid memory asserts (aborting the process) on a model whose layers are all GDN."""
+    from clover_local.testing.make_checkpoint import write_checkpoint
+
+    ckpt = write_checkpoint(tmp_path / "two-layers", "tiny", layers=2)  # layers 0 and 1: both GDN
+    gguf = tmp_path / "two-layers.gguf"
+    assert clover("convert", str(ckpt), "-o", str(gguf), "--outtype", "f32").returncode == 0
+    message = one_error_line(clover("generate", str(gguf), "-p", "hi"))
+    assert "no full-attention layer" in message and "--layers 4" in message

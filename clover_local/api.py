@@ -162,10 +162,10 @@ def set_coreset(backend: Backend, enabled: bool, top_p: float) -> None:
 def defaults_from_gguf(info: ModelInfo, eos_fallback: Sequence[int]) -> GenerationDefaults:
     """Decoding defaults from a GGUF's `clover-moe.diffusion.*` keys (docs/design.md).
 
-    The file stores floats as f32: each is read back as the shortest decimal that f32 value
-    stands for (0.95, not 0.949999988), so thresholds compare as in the checkpoint's config.
+    `read_info` gives each f32 as the shortest decimal it stands for (0.95, not 0.949999988), so
+    thresholds compare as in the checkpoint's config.
     """
-    keys = {k: float(str(np.float32(v))) if isinstance(v, float) else v for k, v in info.diffusion.items()}
+    keys = dict(info.diffusion)
     eos = keys.pop("eos_token_ids", None) or list(eos_fallback)
     return GenerationDefaults.from_dict({**keys, "eos_token_id": eos})
 

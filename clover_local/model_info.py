@@ -50,9 +50,10 @@ def _field_value(f: Any) -> Any:
         return [f.parts[i].tolist()[0] for i in f.data]
     if f.types[0] == GGUFValueType.STRING:
         return bytes(f.parts[f.data[0]]).decode("utf-8", "replace")
-    v = f.parts[f.data[0]].tolist()[0]
-    # F32 keys: show 0.95, not 0.949999988079071
-    return float(f"{v:.7g}") if isinstance(v, float) else v
+    part = f.parts[f.data[0]]
+    if part.dtype == np.float32:  # the shortest decimal of the stored f32: 0.95, not 0.949999988
+        return float(str(part[0]))
+    return part.tolist()[0]
 
 
 def open_gguf(path: str | Path) -> Any:
@@ -120,6 +121,6 @@ def _file_type_name(ft: Any) -> str:
     from gguf import LlamaFileType
 
     try:
-        return LlamaFileType(int(ft)).name.removeprefix("MOSTLY_")
+        return LlamaFileType(int(ft)).name.removeprefix("ALL_").removeprefix("MOSTLY_")
     except (TypeError, ValueError):
         return "unknown"

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import gguf
 import numpy as np
 
 from . import speculative
@@ -88,15 +87,6 @@ class VerifyReport:
         return {**asdict(self), "passed": self.passed}
 
 
-def file_type(path: str | Path) -> str:
-    """The GGUF's `general.file_type` as a short name (F32, BF16, Q8_0, Q4_K_M, ...)."""
-    f = gguf.GGUFReader(str(path)).fields.get("general.file_type")
-    if f is None:
-        return "unknown"
-    name = gguf.LlamaFileType(int(f.parts[f.data[0]][0])).name
-    return name.removeprefix("ALL_").removeprefix("MOSTLY_")
-
-
 def agreement(got: Sequence[int], ref: Sequence[int]) -> float:
     """Fraction of the reference's positions where the runtime produced the same token."""
     if not ref:
@@ -136,8 +126,8 @@ def verify(
     ref = ReferenceModel.from_checkpoint(reference_checkpoint_dir)
     state = ref.new_state()
     settings = DecodingSettings.from_defaults(ckpt.generation, mask, max_new_tokens=max_new_tokens)
-    ftype = file_type(gguf_path)
-    speculative_check = read_info(gguf_path).has_diffusion_tensors
+    info = read_info(gguf_path)
+    ftype, speculative_check = info.file_type, info.has_diffusion_tensors
     tol = TOLERANCES.get(ftype)
     if tol is not None and tol.logit_max_abs is not None and n_gpu_layers > 0:
         tol = replace(tol, logit_max_abs=GPU_LOGIT_MAX_ABS)

@@ -217,6 +217,7 @@ class Clover:
             coreset=coreset,
             coreset_top_p=coreset_top_p,
             speculative=mode == "speculative",
+            log=verbose,  # llama.cpp's own stderr log: no Python log callback while verbose
         )
         tokenizer = GgufTokenizer(engine.model)
         defaults = defaults_from_gguf(info, tokenizer.end_of_generation_ids())

@@ -427,15 +427,31 @@ def _echo(name: str, delta: str) -> None:
 @with_options(MODEL_OPTIONS)
 def bench(
     model: ModelArg,
-    prompt_tokens: Annotated[int, typer.Option(help="Prompt length for prompt processing.")] = 512,
+    prompt_tokens: Annotated[
+        list[int] | None,
+        typer.Option(
+            help="Prompt length for prompt processing; repeat for several (the first one is the "
+            "prompt of the decode timings). Default: 512."
+        ),
+    ] = None,
     gen_tokens: Annotated[int, typer.Option(help="Tokens generated for tokens/pass and speed.")] = 128,
     repeats: Annotated[int, typer.Option(help="Runs per timing (the median is reported).")] = 3,
+    simulate: Annotated[
+        bool,
+        typer.Option(
+            "--simulate",
+            help="Also run the labelled acceptance simulations: diffusion resolving exactly k = 1, 2, 4, "
+            "8, 16 tokens per pass, speculative accepting exactly a = 0, 1, 2, 4, 8 drafted tokens per "
+            "iteration (random weights accept nothing; this shows the engine's speed apart from the model).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
     *,
     options: list[dict[str, Any]],
 ) -> None:
     """Time prompt processing, the preview, commit and speculative passes and the AR step on one
-    model, then generate in every mode it runs (ar, diffusion, speculative) side by side."""
+    model, with the bytes each pass moves, then generate in every mode it runs (ar, diffusion,
+    speculative) side by side."""
     (loading,) = options
     with user_errors():
         path = model_source.resolve(model, loading.pop("file"))
@@ -445,15 +461,18 @@ def bench(
             loading["mode"] = ModeName.speculative if diffusion else ModeName.ar
         clover = load_model(str(path), None, **loading)
     with clover, user_errors():
-        res = run_bench(clover, prompt_tokens, gen_tokens, repeats)
+        lengths = prompt_tokens or [512]
+        if min(lengths) < 1:
+            raise typer.BadParameter("prompt lengths must be >= 1", param_hint="--prompt-tokens")
+        res = run_bench(clover, lengths, gen_tokens, repeats, simulate)
     if as_json:
         print(json.dumps(res, indent=2))
         return
     t = Table(title=f"clover bench: {res['model']} ({res['mode']})")
     t.add_column("measure")
     t.add_column("value", justify="right")
-    t.add_row(f"prompt processing ({res['prompt_tokens']} tokens)", f"{res['prompt_tokens_per_s']:.1f} tok/s")
-    t.add_row("prefill", f"{res['prefill_ms']:.1f} ms")
+    for n, pp in res["prompt_processing"].items():
+        t.add_row(f"prompt processing ({n} tokens)", f"{pp['tokens_per_s']:.1f} tok/s ({pp['ms']:.1f} ms)")
     if res["preview_ms"] is not None:
         t.add_row(f"preview pass ({res['block_size']} rows)", f"{res['preview_ms']:.1f} ms")
     t.add_row(f"commit pass ({res['block_size']} tokens)", f"{res['commit_ms']:.1f} ms")
@@ -473,6 +492,18 @@ def bench(
             f"{m['tokens_per_pass']:.2f} tok/pass, {m['ms_per_pass']:.1f} ms/pass, "
             f"{m['tokens_per_s']:.1f} tok/s ({ratio:.2f}x AR)",
         )
+    for name, moved in res["bytes_per_pass"].items():
+        if moved is not None:
+            t.add_row(f"bytes per {name} pass", f"{moved['read']} read, {moved['written']} written")
+    sim = res.get("simulation")
+    if sim:
+        t.add_row("[b]simulation[/b] (labelled: fixed acceptance)", f"ar loop {sim['ar_tok_s']:.1f} tok/s")
+        for k, v in sim.get("e2e_tok_s_by_k", {}).items():
+            t.add_row(f"  diffusion, {k} tokens/pass", f"{v:.1f} tok/s ({v / sim['ar_tok_s']:.2f}x ar)")
+        for a, v in sim.get("spec_tok_s_by_accept", {}).items():
+            t.add_row(
+                f"  speculative, {a} accepted/iteration", f"{v:.1f} tok/s ({v / sim['ar_tok_s']:.2f}x ar)"
+            )
     out.print(t)
 
 

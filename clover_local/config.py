@@ -52,6 +52,7 @@ class CloverConfig:
     block_size: int
     coreset_enabled: bool
     coreset_top_p: float
+    coreset_size: int = 0  # > 0: force the coreset to this many experts (benchmarks; never in a checkpoint)
 
     # derived sizes -------------------------------------------------------------------------
     @property

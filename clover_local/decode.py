@@ -45,6 +45,23 @@ class Backend(Protocol):
         ...
 
 
+class FusedBackend(Backend, Protocol):
+    """A `Backend` that can also run a block's commit and the next block's first preview as one pass.
+
+    Every block ends with a commit, and unless the request ends there, the next block starts with a
+    preview over the state that commit leaves, under the same adjustment (nothing new is resolved in
+    between). Fusing them runs one graph per block instead of two (the passes are small, so a
+    graph's fixed cost, its dispatch and the layers' weight reads, is much of a pass's cost).
+    `generate` uses it when the backend has it; the trace is the unfused loop's.
+    """
+
+    def commit_and_preview(
+        self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
+    ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
+        """`commit(tokens, adj)`, then `preview(block, adj)` over the state it leaves; both answers."""
+        ...
+
+
 @dataclass(frozen=True)
 class PassEvent:
     """One preview pass: which block positions it filled and the block afterwards."""
@@ -55,7 +72,7 @@ class PassEvent:
     filled: tuple[int, ...]
     tokens: tuple[int, ...]  # snapshot after the pass; mask id where unresolved
     probs: tuple[float, ...]  # candidate probability of every position in this pass
-    seconds: float
+    seconds: float  # a preview fused with the previous commit: only its filling (the pass is in `BlockEvent`)
 
 
 @dataclass(frozen=True)
@@ -65,7 +82,7 @@ class BlockEvent:
     block: int
     tokens: tuple[int, ...]
     passes: int
-    commit_seconds: float
+    commit_seconds: float  # with `FusedBackend`: the commit and the next block's first preview
 
 
 @dataclass(frozen=True)
@@ -115,8 +132,14 @@ def aligned_candidates(
 
 
 def generate(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Iterator[Event]:
-    """Run one request; yields a `PassEvent` per preview, a `BlockEvent` per block, then the `Result`."""
+    """Run one request; yields a `PassEvent` per preview, a `BlockEvent` per block, then the `Result`.
+
+    With a `FusedBackend`, a block's commit runs with the next block's first preview
+    (`commit_and_preview`): the same passes and events, the pair's time in the `BlockEvent`.
+    """
     prompt = list(prompt)
+    fused = getattr(backend, "commit_and_preview", None)
+    ahead: tuple[np.ndarray, np.ndarray] | None = None  # the first preview, run with the last commit
     policy.check_length(len(prompt), s)
     start = time.perf_counter()
     response: list[int] = []
@@ -132,9 +155,13 @@ def generate(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> It
         passes = 0
         while (block[:end] == s.mask_token_id).any():
             t0 = time.perf_counter()
-            seen = policy.resolved_response(response, block, s.mask_token_id)
-            adj = policy.adjustment(s, backend.vocab_size, prompt, seen)
-            cand, probs = aligned_candidates(anchor, *backend.preview(block.tolist(), adj), s.logit_shift)
+            if ahead is None:
+                seen = policy.resolved_response(response, block, s.mask_token_id)
+                adj = policy.adjustment(s, backend.vocab_size, prompt, seen)
+                rows = backend.preview(block.tolist(), adj)
+            else:
+                rows, ahead = ahead, None
+            cand, probs = aligned_candidates(anchor, *rows, s.logit_shift)
             masked = block == s.mask_token_id
             masked[end:] = False
             filled = policy.fill_positions(probs, masked, s.threshold)
@@ -154,7 +181,12 @@ def generate(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> It
         kept = [int(t) for t in block[:end]]
         response += kept
         t0 = time.perf_counter()
-        anchor = backend.commit(kept, policy.adjustment(s, backend.vocab_size, prompt, response))
+        adj = policy.adjustment(s, backend.vocab_size, prompt, response)
+        if fused is not None and not stopped and len(response) < s.max_new_tokens:
+            # the next block's first preview: all masks, so it counts exactly `response` (this adj)
+            anchor, ahead = fused(kept, adj, [s.mask_token_id] * s.block_size)
+        else:
+            anchor = backend.commit(kept, adj)
         passes_per_block.append(passes)
         yield BlockEvent(index, tuple(kept), passes, time.perf_counter() - t0)
         if stopped:

@@ -159,12 +159,20 @@ class SpeculativeSettings:
 
 @dataclass
 class DraftLength:
-    """Adaptive draft length (slow start): after a verification of k >= 1 drafted tokens with a
-    accepted, the length doubles (at most `limit`) if all were accepted, else it drops to a, the
-    run that agreed. At 0 the iterations are plain `ar` steps without a preview; after
-    `probe_after` of them the length goes back to 1 to measure again, and every probe that finds
-    nothing accepted doubles that wait (up to `MAX_PROBE_GAP`), so a model whose drafts never
-    agree costs close to plain `ar`. Without `adaptive` it stays at `limit`.
+    """Adaptive draft length. After a verification of k >= 1 drafted tokens with a accepted:
+
+    - a < k: the length drops to a, the run that agreed. The pass's preview saw the rejected
+      rows, so the next iteration verifies the bonus token alone: every cut draft costs an
+      iteration that yields one token.
+    - a == k: after `patience` full acceptances in a row the length doubles (at most `limit`).
+      A doubled draft that is cut doubles the patience (up to `MAX_PROBE_GAP`), one that is kept
+      resets it to 1. Under a steady acceptance the length settles there and longer drafts are
+      tried ever more rarely; a run of agreement still grows it as fast as slow start.
+
+    At 0 the iterations are plain `ar` steps without a preview; after `probe_after` of them the
+    length goes back to 1 to measure again, and every probe that finds nothing accepted doubles
+    that wait (up to `MAX_PROBE_GAP`), so a model whose drafts never agree costs close to plain
+    `ar`. Without `adaptive` it stays at `limit`.
     """
 
     MAX_PROBE_GAP = 64
@@ -175,19 +183,38 @@ class DraftLength:
     length: int = field(init=False)
     _ar_steps: int = field(default=0, init=False)
     _gap: int = field(default=0, init=False)
+    _streak: int = field(default=0, init=False)  # full acceptances in a row at this length
+    _patience: int = field(default=1, init=False)  # full acceptances in a row before doubling
+    _grown: bool = field(default=False, init=False)  # the current length was just doubled
 
     def __post_init__(self) -> None:
         self.length, self._gap = self.limit, self.probe_after
 
+    def _doubles(self) -> bool:
+        """Whether one more full acceptance doubles the length."""
+        return self._streak + 1 >= self._patience
+
     def after_full_acceptance(self) -> int:
         """The length the next draft gets if every token of the current one is kept."""
-        return min(self.limit, 2 * self.length) if self.adaptive else self.length
+        if not self.adaptive or not self._doubles():
+            return self.length
+        return min(self.limit, 2 * self.length)
 
     def update(self, drafted: int, accepted: int) -> None:
         if not self.adaptive:
             return
         if drafted:
-            self.length = min(self.limit, 2 * self.length) if accepted == drafted else accepted
+            if accepted == drafted:
+                if self._grown:
+                    self._patience = 1
+                grown = self.after_full_acceptance()
+                self._grown = grown > self.length
+                self._streak = 0 if self._grown else self._streak + 1
+                self.length = grown
+            else:
+                if self._grown:
+                    self._patience = min(self.MAX_PROBE_GAP, 2 * self._patience)
+                self.length, self._streak, self._grown = accepted, 0, False
             self._gap = self.probe_after if accepted else min(self.MAX_PROBE_GAP, 2 * self._gap)
             self._ar_steps = 0
         elif self.length == 0:

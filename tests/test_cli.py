@@ -105,11 +105,16 @@ def test_generate_raw_prompt_from_a_file(tiny_checkpoint, tmp_path):
 
 
 def test_bench_reports_every_measure(tiny_checkpoint):
-    sizes = ["--prompt-tokens", "40", "--gen-tokens", "32", "--repeats", "1"]
-    res = clover("bench", str(tiny_checkpoint), "--backend", "reference", *sizes, "--json")
+    sizes = ["--prompt-tokens", "40", "--prompt-tokens", "70", "--gen-tokens", "32", "--repeats", "1"]
+    res = clover("bench", str(tiny_checkpoint), "--backend", "reference", *sizes, "--json", "--simulate")
     assert res.returncode == 0, res.stderr
     b = json.loads(res.stdout)
     assert b["prompt_tokens"] == 40 and b["block_size"] == 32
+    assert set(b["prompt_processing"]) == {"40", "70"}
+    sim = b["simulation"]
+    assert "simulation" in sim["label"] and set(sim["e2e_tok_s_by_k"]) == {"1", "2", "4", "8", "16"}
+    assert sim["diffusion_runs"]["4"]["tokens_per_pass"] == 4
+    assert set(sim["spec_tok_s_by_accept"]) == {"0", "1", "2", "4", "8"}
     for key in (
         "prefill_ms",
         "preview_ms",

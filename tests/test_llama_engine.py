@@ -177,6 +177,44 @@ def test_coreset_experts_per_layer_match_the_reference(gguf_factory):
     np.testing.assert_allclose(logits, ref_logits, rtol=0, atol=TOL)
 
 
+def test_forced_coreset_size_matches_the_reference(gguf_factory):
+    """`coreset_size` keeps the n experts of most block mass, in the graph as in the reference."""
+    ckpt, path = gguf_factory("tiny")
+    ref = ReferenceModel.from_checkpoint(ckpt, coreset_size=3)
+    state = ref.new_state()
+    found: dict[str, np.ndarray] = {}
+    with engine(path, coreset=True, coreset_size=3, eval_callback=coreset_recorder(found)) as eng:
+        prompt, block = prompt_and_block(eng.vocab_size, ref.cfg.mask_token_id)
+        eng.causal_logits(prompt)
+        ref.commit(prompt, state)
+        record: dict[str, np.ndarray] = {}
+        logits, ref_logits = eng.preview_logits(block), ref.preview(block, state, record=record)
+    expected = {k: v for k, v in record.items() if k.startswith("ffn_moe_coreset-")}
+    assert expected and found.keys() == expected.keys()
+    for name, kept in expected.items():
+        assert kept.sum() == 3, name
+        np.testing.assert_array_equal(found[name] > 0.5, kept, err_msg=name)
+    np.testing.assert_allclose(logits, ref_logits, rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 8])
+def test_chunked_expert_dispatch_computes_the_same_passes(gguf_factory, chunk):
+    """`moe_chunk` only splits the routed experts' dispatch: previews and commits give the logits
+    of the unsplit graph (8 = the block: no split), up to float order (matmul paths differ by batch)."""
+    ckpt, path = gguf_factory("tiny")
+    mask = CheckpointConfig.from_dir(ckpt).model.mask_token_id
+    with engine(path, moe_chunk=chunk) as a, engine(path, moe_chunk=0) as b:
+        assert a.moe_chunk == chunk
+        prompt, block = prompt_and_block(a.vocab_size, mask)
+        for eng in (a, b):
+            eng.causal_logits(prompt)
+        for _ in range(2):  # the second preview reads the state the chunked commit wrote
+            np.testing.assert_allclose(
+                a.preview_logits(block), b.preview_logits(block), rtol=0, atol=10 * SAME
+            )
+            np.testing.assert_allclose(a.causal_logits(block), b.causal_logits(block), rtol=0, atol=10 * SAME)
+
+
 def test_ar_only_file_runs_causally_and_refuses_previews(gguf_factory):
     from clover_local.llama.engine import EngineError
 

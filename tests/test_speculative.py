@@ -311,13 +311,13 @@ def test_draft_length_doubles_on_full_acceptance_drops_to_the_agreeing_run_and_p
     d = DraftLength(limit=7, probe_after=2)
     steps = [(7, 3), (0, 0), (3, 3), (6, 6), (7, 0)]  # -> 3, 3, 6, 7, 0 (a miss: the next wait is 4)
     steps += [(0, 0)] * 4 + [(1, 0)]  # AR steps, then a probe that finds nothing (wait doubles to 8)
-    steps += [(0, 0)] * 8 + [(1, 1), (2, 1)]  # the probe after 8 AR steps agrees: 2, then 1
-    trace = []
+    steps += [(0, 0)] * 8 + [(1, 1), (1, 1), (2, 2)]  # the probe agrees: a doubling failed, so it
+    trace = []  # takes 2 full acceptances to double (1, 2), then a kept doubling resets that to 1 (4)
     for drafted, accepted in steps:
         d.update(drafted, accepted)
         trace.append(d.length)
-    assert trace == [3, 3, 6, 7, 0] + [0, 0, 0, 1, 0] + [0] * 7 + [1, 2, 1]
-    assert d.after_full_acceptance() == 2
+    assert trace == [3, 3, 6, 7, 0] + [0, 0, 0, 1, 0] + [0] * 7 + [1, 1, 2, 4]
+    assert d.after_full_acceptance() == 7
     for _ in range(12):  # misses only: the wait between probes stops growing at MAX_PROBE_GAP
         d.update(d.length, 0)
         while d.length == 0:
@@ -326,6 +326,20 @@ def test_draft_length_doubles_on_full_acceptance_drops_to_the_agreeing_run_and_p
     fixed = DraftLength(limit=5, adaptive=False)
     fixed.update(5, 0)
     assert fixed.length == 5
+
+
+@pytest.mark.parametrize("a", [1, 2, 3, 5])
+def test_draft_length_settles_under_a_steady_acceptance(a):
+    """With a accepted whenever more are drafted, cut drafts (each costing an iteration) get rare:
+    doubling is tried after 1, 2, 4, ... 64 full acceptances in a row, then every 64."""
+    d, cuts = DraftLength(limit=31), 0
+    for _ in range(500):
+        drafted = d.length
+        accepted = min(a, drafted)
+        cuts += accepted < drafted
+        d.update(drafted, accepted)
+    assert d.length == a
+    assert cuts <= 7 + 500 // 64 + 1
 
 
 def test_settings_are_checked(model, mask_id):

@@ -34,13 +34,13 @@ def compare(path: Path, mask: int) -> dict:
 
     rng = np.random.default_rng(7)
     out: dict = {}
-    with LlamaEngine(path, n_ctx=512, n_gpu_layers=0, f32_cache=True, flash_attn=False) as cpu:
+    with LlamaEngine(path, n_ctx=512, n_gpu_layers=0, f32_cache=True, flash_attn=False, log=True) as cpu:
         V = cpu.vocab_size
         prompt = [int(t) for t in rng.integers(0, min(V, 151000), size=48)]
         block = [mask if i % 2 else int(t) for i, t in enumerate(rng.integers(0, min(V, 151000), size=32))]
         c_cpu = cpu.causal_logits(prompt)
         p_cpu = cpu.preview_logits(block) if cpu.has_diffusion else None
-    with LlamaEngine(path, n_ctx=512, n_gpu_layers=999, f32_cache=True, flash_attn=False) as gpu:
+    with LlamaEngine(path, n_ctx=512, n_gpu_layers=999, f32_cache=True, flash_attn=False, log=True) as gpu:
         c_gpu = gpu.causal_logits(prompt)
         before = gpu.state_bytes()
         p_gpu = gpu.preview_logits(block) if gpu.has_diffusion else None
@@ -110,17 +110,13 @@ def main(argv: list[str] | None = None) -> int:
                 "import sys; from clover_local.cli import app; sys.argv[0]='clover'; app()",
                 "verify",
                 str(g),
-                "--checkpoint",
+                "--reference",
                 str(ck),
                 "--n-gpu-layers",
                 "-1",
                 "--json",
             ]
             v = subprocess.run(cmd, capture_output=True, text=True)
-            if v.returncode == 2 and "--checkpoint" in v.stderr:  # a different signature: try without
-                cmd.remove("--checkpoint")
-                cmd.remove(str(ck))
-                v = subprocess.run(cmd, capture_output=True, text=True)
             try:
                 res["verify"][q] = json.loads(v.stdout)
             except json.JSONDecodeError:

@@ -10,7 +10,12 @@ Writes (keep the total under ~40 MiB: the working tree that travels is limited t
   wheel does not compile (docs, media, models except `ggml-vocab-qwen35.gguf`, tests, examples,
   tools except what CMake still reads, unused ggml backends);
 - `.devcarry/wheels/`: pure-Python wheels the device image lacks (gguf, diskcache);
-- `.devcarry/meta.json`: commit, dirty files, applied patches and their sha256, sdist version.
+- `.devcarry/meta.json`: commit, dirty files, applied patches and their sha256, sdist version;
+- with `--prebuilt BUILD_DIR`, `.devcarry/site.tar.gz`: the `llama_cpp` package installed here with
+  its `lib/` replaced by the shared libraries of a CUDA CMake build made here of the same patched
+  tree (sm_90, nvcc 13.0 as on the device; `build_cuda_here` in bench/device/README.md). The device
+  tries it first and builds from `llama-src.tar.gz` only if it does not load: a run then needs no
+  five-minute build, and a cold machine costs no rebuild.
 
 Then one device call (bench/device/README.md): `bash bench/device/run.sh` with carry [".devcarry"].
 """
@@ -217,6 +222,39 @@ def carry_ggml_base(dest: Path) -> None:
     shutil.copy2(lib.resolve(), pkg / "lib" / "libggml-base.so")
 
 
+def carry_prebuilt(build_dir: Path, dest: Path) -> None:
+    """The installed `llama_cpp` package (same patched source) with the CUDA build's libraries."""
+    import importlib.util as iu
+
+    spec = iu.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("error: --prebuilt needs the patched llama_cpp installed here (make install)")
+    pkg = Path(list(spec.submodule_search_locations)[0])
+    libs = sorted((build_dir / "bin").glob("lib*.so*"))
+    if not any(p.name.startswith("libggml-cuda.so") for p in libs):
+        raise SystemExit(f"error: no libggml-cuda.so in {build_dir / 'bin'}: build it first")
+    with tarfile.open(dest, "w:gz", compresslevel=9) as tar:
+        for f in sorted(pkg.iterdir()):
+            if f.name not in ("lib", "__pycache__", "server"):
+                tar.add(f, arcname=f"llama_cpp/{f.name}")
+        for f in libs:  # symbolic links stay links inside the archive
+            tar.add(f, arcname=f"llama_cpp/lib/{f.name}")
+    cache = (build_dir / "CMakeCache.txt").read_text()
+    keys = (
+        "GGML_CUDA",
+        "GGML_NATIVE",
+        "GGML_AVX",
+        "GGML_FMA",
+        "CMAKE_CUDA_ARCHITECTURES",
+        "CMAKE_BUILD_TYPE",
+    )
+    flags = [line for line in cache.splitlines() if line.startswith(keys)]
+    (dest.parent / "site-cmake.txt").write_text(
+        " ".join(f"-D{f.replace(':BOOL', '').replace(':STRING', '')}" for f in flags if "=" in f) + "\n"
+    )
+    print(f"{dest}: {dest.stat().st_size / 2**20:.1f} MiB (llama_cpp from {pkg}, libraries from {build_dir})")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / ".devcarry")
@@ -228,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run a CPU `cmake` configure (no build) of the slim tree, as a check",
     )
+    ap.add_argument("--prebuilt", type=Path, help="a CUDA CMake build dir of the same patched tree to carry")
     args = ap.parse_args(argv)
 
     t0 = time.time()
@@ -272,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
             tar.add(src_root, arcname=source.TOP)
     wheels = download_wheels(out / "wheels")
     carry_ggml_base(out / "ggml-base")
+    (out / "site.tar.gz").unlink(missing_ok=True)
+    if args.prebuilt:
+        carry_prebuilt(args.prebuilt, out / "site.tar.gz")
     meta = {
         "llama_cpp_python": source.LLAMA_CPP_PYTHON_VERSION,
         "sdist_sha256": source.SDIST_SHA256,

@@ -84,6 +84,28 @@ clover_cmd() { $PY -c 'import sys; from clover_local.cli import app; sys.argv[0]
 BUILD_PID=""
 SITE="$WORK/site"
 CMAKE_ARGS_USED=""
+# the CUDA libraries built here from the same tree (prepare.py --prebuilt): used when they load
+cuda_lib_path() {  # the toolkit's libcublas/libcudart directories, for libraries built elsewhere
+  local d
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+           $(find /usr/local /opt -name 'libcublas.so.13' -printf '%h\n' 2>/dev/null | sort -u | head -3); do
+    [ -d "$d" ] && printf '%s:' "$d"
+  done
+}
+if want build && [ -f "$CARRY/site.tar.gz" ] && [ ! -f "$SITE/.src-$SRC_SHA" ] && [ -z "${NO_PREBUILT:-}" ]; then
+  rm -rf "$SITE"; mkdir -p "$SITE"; tar xzf "$CARRY/site.tar.gz" -C "$SITE"
+  export LD_LIBRARY_PATH="$(cuda_lib_path)${LD_LIBRARY_PATH:-}"
+  if PYTHONPATH="$SITE:$BASEPATH" $PY -c 'import llama_cpp; from clover_local.llama import capi
+assert capi.PATCHED and llama_cpp.llama_supports_gpu_offload()' >> "$OUT/run.log" 2>&1; then
+    touch "$SITE/.src-$SRC_SHA"
+    echo "prebuilt here (prepare.py --prebuilt): $(cat "$CARRY/site-cmake.txt" 2>/dev/null)" > "$WORK/cmake_args.txt"
+    log "build: the carried prebuilt CUDA libraries load (GPU offload on); no build"
+  else
+    log "build: the carried prebuilt libraries do not load here; building from source"
+    ldd "$SITE/llama_cpp/lib/libggml-cuda.so" 2>&1 | grep -E "not found" | tee -a "$OUT/run.log"
+    rm -rf "$SITE"
+  fi
+fi
 if want build; then
   if [ -f "$SITE/.src-$SRC_SHA" ]; then
     log "build: reusing $SITE (same source)"
@@ -196,7 +218,8 @@ time_file() {  # $1 gguf, $2 tag
   # RUNTIME's `clover bench` on the same file (clover-moe files with the patched build only)
   if [[ "$tag" == clover-* ]] && (( $(left) > 40 )); then
     log "clover bench $tag"
-    clover_cmd bench "$f" --json --n-gpu-layers -1 --repeats 5 > "$WORK/clover-bench-$tag.json" 2>> "$WORK/timing-$tag.stderr" \
+    clover_cmd bench "$f" --json --n-gpu-layers -1 --repeats 5 --verbose --simulate --n-ctx 16384 \
+        --prompt-tokens 512 --prompt-tokens 8192 > "$WORK/clover-bench-$tag.json" 2>> "$WORK/timing-$tag.stderr" \
       || { note "clover-bench-$tag" "clover bench failed"; rm -f "$WORK/clover-bench-$tag.json"; }
   fi
 }

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import math
 import os
 import platform
 import statistics
@@ -34,6 +33,7 @@ from llama_cpp import llama_cpp as ll  # noqa: E402
 
 BLOCK = 32
 KS = (1, 2, 4, 8, 16)
+ACCEPTS = (0, 1, 2, 4, 8)
 CORESET_SIZES = (8, 16, 32, 64, 128, 256)
 
 
@@ -177,7 +177,7 @@ def run_raw(r: Raw, args, rng, res: dict) -> None:
     r.clear()
     r.decode(toks(args.prefix), "last")
     st = timed(lambda: r.decode(toks(1), "last"), args.reps, args.warmup, r.ctx)
-    res["ar_step_ms"] = st["median"]
+    res["ar_step_ms"] = res["raw_ar_step_ms"] = st["median"]
     res["ar_step"] = st
     res["ar_tok_s"] = 1e3 / st["median"]
     log(
@@ -203,13 +203,108 @@ def run_raw(r: Raw, args, rng, res: dict) -> None:
     res["context_after_decode_tests"] = r.pos
 
 
+def byte_floor(path: str) -> dict:
+    """Bytes a pass must read from the file's tensors: every weight once except the embedding
+    (rows only) and the routed experts, of which a pass reads the experts it uses."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(path)
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    n_expert = int(reader.fields[f"{arch}.expert_count"].parts[-1][0])
+    n_layer = int(reader.fields[f"{arch}.block_count"].parts[-1][0])
+    dense = experts = 0
+    for t in reader.tensors:
+        if t.name.endswith("_exps.weight"):
+            experts += int(t.n_bytes)
+        elif t.name != "token_embd.weight":
+            dense += int(t.n_bytes)
+    return {"dense_bytes": dense, "expert_bytes": experts / n_expert / n_layer, "layers": n_layer}
+
+
+def device_bandwidth() -> tuple[float, str]:
+    """Device copy bandwidth (bytes read + written per second), measured with torch when present."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device for torch")
+        a = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+        b = torch.empty_like(a)
+        b.copy_(a)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(10):
+            b.copy_(a)
+        torch.cuda.synchronize()
+        bw = 2 * a.numel() * 10 / (time.perf_counter() - t0)
+        del a, b
+        torch.cuda.empty_cache()
+        return bw, "measured: torch device-to-device copy of 2 GiB, read + written bytes"
+    except Exception as e:  # no torch or no GPU: the issue's figure for the H200
+        return 4.27e12, f"assumed 4.27 TB/s (H200 copy bandwidth from the issue): {e}"
+
+
+def engine_passes(eng, args, rng, adj, mask: int, res: dict) -> dict:
+    """One set of pass timings at the engine's current settings (`moe_chunk`)."""
+    from clover_local.speculative import RowAdjustments
+
+    V = eng.vocab_size
+    toks = lambda n: [int(t) for t in rng.integers(0, min(V, 248000), size=n)]  # noqa: E731
+    block = lambda: [mask if (mask >= 0 and i % 2) else t for i, t in enumerate(toks(BLOCK))]  # noqa: E731
+    out: dict = {}
+    st = timed(lambda: eng.commit(toks(1), adj), args.reps, args.warmup)
+    out["ar_step_ms"], out["ar_step"] = st["median"], st
+    log(f"  engine AR step (clover head): {st['median']:.3f} ms")
+    st = timed(lambda: eng.commit(toks(BLOCK), adj), args.reps, args.warmup)
+    out["commit_ms_per_block"], out["commit"] = st["median"], st
+    log(f"  engine commit (32 rows, clover head): {st['median']:.3f} ms")
+    if not eng.has_diffusion:
+        return out
+
+    before = eng.state_bytes() if args.state_check else None
+    eng.coreset_size = 0
+    for on in (False, True):
+        eng.coreset = on
+        st = timed(lambda: eng.preview(block(), adj), args.reps, args.warmup)
+        out["preview_coreset_ms" if on else "preview_ms"] = st["median"]
+        out["preview_coreset" if on else "preview"] = st
+        mode = f"on, top_p {eng.coreset_top_p:.2f}" if on else "off"
+        log(f"  preview (coreset {mode}): {st['median']:.3f} ms")
+    if before is not None:
+        out["preview_state_unchanged"] = eng.state_bytes() == before
+
+    eng.coreset = True
+    sizes = {}
+    for n in CORESET_SIZES:
+        eng.coreset_size = n
+        sizes[str(n)] = timed(lambda: eng.preview(block(), adj), args.reps, args.warmup)["median"]
+        log(f"  preview, coreset forced to {n} experts: {sizes[str(n)]:.3f} ms")
+    eng.coreset_size, eng.coreset = 0, False
+    out["preview_ms_by_coreset"] = sizes
+
+    # the fused pass (32 causal rows + the next block's preview), rolled back after each run
+    p0, rows = eng.n_past, RowAdjustments.constant(adj, BLOCK)
+
+    def undo() -> None:
+        if eng.n_past > p0:
+            eng.rollback(p0)
+
+    st = timed(lambda: eng.verify_and_draft(toks(BLOCK), rows, block()), args.reps, args.warmup, before=undo)
+    undo()
+    out["fused_pass_ms"], out["fused_pass"] = st["median"], st
+    log(f"  fused pass (32 causal rows + 32-row preview): {st['median']:.3f} ms")
+    return out
+
+
 def run_engine(path: str, args, rng, res: dict) -> None:
-    """The patched engine's passes on a clover-moe file (guarded piece by piece)."""
+    """The patched engine's passes on a clover-moe file: every pass at each expert-dispatch
+    setting, then the labelled simulations through the real loops at the faster setting."""
     skipped = res.setdefault("skipped", {})
     try:
+        from clover_local import decode, simulation
         from clover_local.llama import capi
         from clover_local.llama.engine import LlamaEngine
-        from clover_local.policy import LogitAdjustment
+        from clover_local.policy import DecodingSettings, LogitAdjustment
     except Exception as e:
         skipped["engine"] = f"clover_local.llama.engine does not import: {e}"
         return
@@ -223,101 +318,63 @@ def run_engine(path: str, args, rng, res: dict) -> None:
         flash_attn=args.flash_attn,
         n_ubatch=args.n_ubatch,
         log=True,  # no Python log callback (it crashes model loading on the H200 image)
+        speculative=True,
     )
     try:
         V = eng.vocab_size
         adj = LogitAdjustment.identity(V)
-        toks = lambda n: [int(t) for t in rng.integers(0, min(V, 248000), size=n)]  # noqa: E731
         mask = int(eng._meta("tokenizer.ggml.mask_token_id", "-1"))
-        eng.prefill(toks(args.prefix), adj)
-        sync = lambda: ll.llama_synchronize(eng.ctx)  # noqa: E731
+        prompt = [int(t) for t in rng.integers(0, min(V, 248000), size=args.prefix)]
+        eng.prefill(prompt, adj)
 
-        st = timed(lambda: eng.commit(toks(1), adj), args.reps, args.warmup)
-        res["engine_ar_step_ms"] = st["median"]
-        res["engine_ar_step"] = st
-        log(f"engine AR step (clover head): {st['median']:.3f} ms")
-        st = timed(lambda: eng.commit(toks(BLOCK), adj), args.reps, args.warmup)
-        res["commit_ms_per_block"] = st["median"]
-        res["commit"] = st
-        log(f"engine commit (32 rows, clover head): {st['median']:.3f} ms")
-        sync()
-
-        if not eng.has_diffusion:
-            skipped["preview"] = "the GGUF has no diffusion tensors (--ar-only)"
-            return
-        block = lambda: [mask if (mask >= 0 and i % 2) else t for i, t in enumerate(toks(BLOCK))]  # noqa: E731
-        before = eng.state_bytes()
-        by = {}
-        for on in (False, True):
-            eng.coreset = on
-            st = timed(lambda: eng.preview(block(), adj), args.reps, args.warmup)
-            by["on" if on else "off"] = st
-            mode = f"on, top_p {eng.coreset_top_p:.2f}" if on else "off"
-            log(f"preview (coreset {mode}): {st['median']:.3f} ms")
-        res["preview_ms"] = by["off"]["median"]
-        res["preview_coreset_ms"] = by["on"]["median"]
-        res["preview"] = by
-        res["preview_state_unchanged"] = eng.state_bytes() == before
-        res["readback_bytes_per_pass"] = {"preview_rows": BLOCK * 8, "commit_rows": 8, "ar_step_rows": 8}
-
-        # forced coreset sizes: only if the C API offers it
-        force = getattr(capi, "llama_clover_set_coreset_size", None)
-        if force is None:
-            skipped["preview_ms_by_coreset"] = "no llama_clover_set_coreset_size in the C API"
-        else:
-            eng.coreset = True
-            sizes = {}
-            for n in CORESET_SIZES:
-                force(eng.ctx, n)
-                sizes[str(n)] = timed(lambda: eng.preview(block(), adj), args.reps, args.warmup)["median"]
-                log(f"preview, coreset forced to {n}: {sizes[str(n)]:.3f} ms")
-            force(eng.ctx, 0)
-            res["preview_ms_by_coreset"] = sizes
-        eng.coreset = False
-
-        fused = getattr(capi, "llama_clover_commit_preview", None) or getattr(
-            capi, "llama_clover_fused", None
+        by_chunk = {}
+        for chunk in args.moe_chunks:
+            eng.moe_chunk = chunk
+            log(f"engine passes, routed experts dispatched in chunks of {chunk or 'all'} rows")
+            by_chunk[str(chunk)] = engine_passes(eng, args, rng, adj, mask, res)
+        res["by_moe_chunk"] = by_chunk
+        key = "preview_ms" if eng.has_diffusion else "commit_ms_per_block"
+        best = min(by_chunk, key=lambda c: by_chunk[c][key])
+        res["moe_chunk"] = int(best)
+        res.update(by_chunk[best])
+        # the headline AR step stays the plain C API's (run_raw); the engine's is beside it
+        res["engine_ar_step_ms"], res["ar_step_ms"] = res["ar_step_ms"], res["raw_ar_step_ms"]
+        res["readback_bytes_per_pass"].update(
+            {"preview_rows": BLOCK * 8, "commit_rows": 8, "ar_step_rows": 8, "fused_rows": 2 * BLOCK * 8}
         )
-        if fused is None or not hasattr(eng, "commit_preview"):
-            skipped["fused_pass_ms"] = "no fused commit+preview entry point in the engine / C API"
-        else:
-            st = timed(lambda: eng.commit_preview(toks(BLOCK), block(), adj), args.reps, args.warmup)
-            res["fused_pass_ms"] = st["median"]
-            res["fused_pass"] = st
-            log(f"fused commit+preview: {st['median']:.3f} ms")
+        if eng.has_diffusion:
+            floor = byte_floor(path)
+            bw, how = device_bandwidth()
+            res["byte_floor"] = {**floor, "bandwidth_bytes_per_s": bw, "bandwidth": how}
+            res["preview_floor_ms_by_coreset"] = {
+                str(n): (floor["dense_bytes"] + n * floor["expert_bytes"] * floor["layers"]) / (bw / 2) * 1e3
+                for n in CORESET_SIZES
+            }
 
-        # labelled simulation: exactly k tokens accepted per preview -> ceil(32/k) previews + 1 commit
-        # per block (or fused: the commit rides on the next block's first preview)
-        e2e, e2e_fused = {}, {}
-        nblocks = max(3, args.reps // 4)
-        for k in KS:
-            npv = math.ceil(BLOCK / k)
-
-            def one_block(npv: int = npv) -> None:
-                for _ in range(npv):
-                    eng.preview(block(), adj)
-                eng.commit(toks(BLOCK), adj)
-
-            st = timed(one_block, nblocks, 1)
-            e2e[str(k)] = BLOCK / st["median"] * 1e3
-            log(
-                f"e2e simulation k={k}: {npv} previews + 1 commit per block = {st['median']:.2f} ms "
-                f"-> {e2e[str(k)]:.1f} tok/s"
-            )
-            if "fused_pass_ms" in res:
-                e2e_fused[str(k)] = BLOCK / ((npv - 1) * res["preview_ms"] + res["fused_pass_ms"]) * 1e3
-        res["e2e_tok_s_by_k"] = e2e
-        res["e2e_simulation"] = (
-            "labelled simulation: exactly k tokens resolved per preview, coreset off, random weights"
+        # labelled simulations through the real loops (decode.generate, speculative.generate)
+        eng.moe_chunk = int(best)
+        s = DecodingSettings(
+            mask_token_id=mask, block_size=BLOCK, max_new_tokens=args.sim_tokens, context_limit=args.n_ctx
         )
-        if e2e_fused:
-            res["e2e_fused_tok_s_by_k_derived"] = e2e_fused
-        # self-speculative (derived from medians): preview proposes, a causal 32-row pass verifies,
-        # a accepted tokens + 1 from the verifier per cycle
-        res["spec_tok_s_by_accept"] = {
-            str(a): (a + 1) / (res["preview_ms"] + res["commit_ms_per_block"]) * 1e3
-            for a in (0, 1, 2, 4, 8, 16, 31)
-        }
+        t0 = time.perf_counter()
+        ar = decode.last_result(decode.generate_ar(eng, prompt, s))
+        res["ar_loop_tok_s"] = ar.tokens_per_second
+        log(f"ar loop: {ar.tokens_per_second:.1f} tok/s ({time.perf_counter() - t0:.1f} s)")
+        res["simulation_label"] = simulation.SIMULATION_LABEL
+        if eng.has_diffusion:
+            runs = {str(k): simulation.diffusion(eng, prompt, s, k) for k in KS}
+            res["e2e_tok_s_by_k"] = {k: r["tokens_per_s"] for k, r in runs.items()}
+            res["e2e_runs"] = runs
+            for k, r in runs.items():
+                log(f"simulation k={k}: {r['passes']} passes, {r['tokens_per_s']:.1f} tok/s")
+            runs = {str(a): simulation.self_speculative(eng, prompt, s, a) for a in ACCEPTS}
+            res["spec_tok_s_by_accept"] = {a: r["tokens_per_s"] for a, r in runs.items()}
+            res["spec_runs"] = runs
+            for a, r in runs.items():
+                log(
+                    f"simulation a={a}: {r['passes']} iterations, draft {r['mean_draft_length']:.2f}, "
+                    f"{r['tokens_per_s']:.1f} tok/s"
+                )
     finally:
         eng.close()
 
@@ -337,12 +394,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-ubatch", type=int, default=512)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--no-engine", action="store_true", help="plain C API timings only")
+    ap.add_argument("--moe-chunks", default="0,8", help="engine routed-expert chunk settings to time")
+    ap.add_argument("--sim-tokens", type=int, default=256, help="tokens per simulated generation")
+    ap.add_argument("--state-check", action="store_true", help="compare the state before/after previews")
     ap.add_argument("--label", default="")
     ap.add_argument(
         "--check", action="store_true", help="load, decode 8 tokens, print ok, exit (a smoke test)"
     )
     args = ap.parse_args(argv)
     args.pp = [int(x) for x in args.pp.split(",") if x.strip()]
+    args.moe_chunks = [int(x) for x in args.moe_chunks.split(",") if x.strip()]
     args.flash_attn = args.flash_attn == "on"
     args.n_ctx = max(args.pp + [0]) + args.prefix + 4096
 

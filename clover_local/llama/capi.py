@@ -55,6 +55,20 @@ def llama_clover_set_adjust(
 def llama_clover_set_head(ctx: int, enabled: bool, logits: bool, /) -> None: ...
 
 
+# LLAMA_API void llama_clover_set_coreset_size(struct llama_context * ctx, int32_t n_experts);
+@ctypes_function(
+    "llama_clover_set_coreset_size", [llama_context_p_ctypes, ctypes.c_int32], None, enabled=PATCHED
+)
+def llama_clover_set_coreset_size(ctx: int, n_experts: int, /) -> None: ...
+
+
+# LLAMA_API void llama_clover_set_moe_chunk(struct llama_context * ctx, int32_t n_rows);
+@ctypes_function(
+    "llama_clover_set_moe_chunk", [llama_context_p_ctypes, ctypes.c_int32], None, enabled=PATCHED
+)
+def llama_clover_set_moe_chunk(ctx: int, n_rows: int, /) -> None: ...
+
+
 # LLAMA_API int32_t llama_clover_preview(
 #         struct llama_context * ctx,
 #                 llama_seq_id   seq_id,

@@ -21,6 +21,8 @@ from . import capi
 GGML_TYPE_F32 = 0
 GGML_LOG_LEVEL_ERROR = 4
 SEQ = 0
+# routed-expert chunk (rows) for passes with layers on a GPU; see docs/performance.md (H200)
+MOE_CHUNK_GPU = 0
 
 # bool (*ggml_backend_sched_eval_callback)(struct ggml_tensor * t, bool ask, void * user_data), on ggml_tensor
 EvalCallback = Callable[["ctypes._Pointer[capi.ggml_tensor]", bool], bool]
@@ -63,6 +65,9 @@ class LlamaEngine:
     `clover-moe.diffusion.block_size`, llama.cpp's `n_rs_seq`) so that `rollback` can undo a
     verification: block_size more copies of every GDN layer's conv and recurrent state; `coreset` and
     `coreset_top_p` restrict preview routing (None: the GGUF's `clover-moe.diffusion.coreset_*`);
+    `coreset_size` > 0 forces the coreset to that many experts instead of the top_p prefix
+    (benchmarks); `moe_chunk` dispatches the routed experts of passes of at most 64 rows in chunks
+    of that many rows (0: one dispatch; see `MOE_CHUNK_GPU`);
     `eval_callback` is llama.cpp's `cb_eval`, called for every graph node (tests inspect ops and
     intermediates). llama.cpp's log is dropped except error lines, which end up in `EngineError`
     messages; `log=True` leaves it on stderr (and runs no Python log callback, which crashed model
@@ -83,6 +88,8 @@ class LlamaEngine:
         eval_callback: EvalCallback | None = None,
         log: bool = False,
         speculative: bool = False,
+        coreset_size: int = 0,
+        moe_chunk: int | None = None,
     ):
         require_patched()
         # no Python log callback with log=True: llama.cpp writes to stderr itself
@@ -139,6 +146,32 @@ class LlamaEngine:
         self.n_rs_seq = ll.llama_n_rs_seq(self.ctx)
         self._adjusted = False
         self._pass_start: int | None = None  # first position of the last verification's causal rows
+        # bytes the passes moved between host and model (rows and logits read, adjustments written)
+        self.bytes_read = self.bytes_written = 0
+        self.coreset_size = coreset_size
+        self.moe_chunk = (MOE_CHUNK_GPU if n_gpu_layers != 0 else 0) if moe_chunk is None else moe_chunk
+
+    @property
+    def coreset_size(self) -> int:
+        return self._coreset_size
+
+    @coreset_size.setter
+    def coreset_size(self, n: int) -> None:
+        if n < 0:
+            raise ValueError(f"coreset_size must be >= 0, got {n}")
+        capi.llama_clover_set_coreset_size(self.ctx, n)
+        self._coreset_size = n
+
+    @property
+    def moe_chunk(self) -> int:
+        return self._moe_chunk
+
+    @moe_chunk.setter
+    def moe_chunk(self, n: int) -> None:
+        if n < 0:
+            raise ValueError(f"moe_chunk must be >= 0, got {n}")
+        capi.llama_clover_set_moe_chunk(self.ctx, n)
+        self._moe_chunk = n
 
     def _meta(self, key: str, default: str) -> str:
         buf = ctypes.create_string_buffer(256)
@@ -204,6 +237,7 @@ class LlamaEngine:
             )
             if rc != 0:
                 raise _failed(f"llama_clover_set_row_adjust failed ({rc})")
+            self.bytes_written += ids.nbytes + sum(r.nbytes for r in rows)
         capi.llama_clover_set_head(self.ctx, False, sampled)
         causal, block = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(preview))(*preview)
         rc = capi.llama_clover_verify_and_draft(
@@ -242,6 +276,38 @@ class LlamaEngine:
         if n_keep < n_past:
             if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ctx), SEQ, n_keep, -1):
                 raise _failed(f"could not roll back to {n_keep}")
+
+    # decode.FusedBackend
+
+    def commit_and_preview(
+        self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
+    ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
+        """`commit(tokens, adj)` then `preview(block, adj)` in one graph (`llama_clover_verify_and_draft`):
+        the causal rows append to the sequence, the block runs over the state they wrote (nothing is
+        kept of it). No rollback, so no recurrent-state snapshots: any engine, `speculative` or not.
+        Returns the last causal row's pick and the block's picks; more rows than a ubatch holds
+        run as the two passes."""
+        if len(tokens) == 0:
+            raise ValueError("a pass needs at least one token")
+        if len(tokens) + len(block) > ll.llama_n_ubatch(self.ctx):
+            return self.commit(tokens, adj), self.preview(block, adj)
+        if len(block) and not self.has_diffusion:
+            raise EngineError(
+                "this GGUF has no block-diffusion tensors (converted with --ar-only): "
+                "previews need a file converted without --ar-only"
+            )
+        self._set_adjust(adj)
+        self._pass_start = None  # a commit: nothing to roll back
+        capi.llama_clover_set_head(self.ctx, False, False)
+        causal, rows = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(block))(*block)
+        rc = capi.llama_clover_verify_and_draft(
+            self.ctx, SEQ, causal, len(tokens), rows, len(block), self.coreset, self.coreset_top_p
+        )
+        if rc != 0:
+            raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
+        k = len(tokens)
+        tok, prob = self._rows(k + len(block))
+        return (int(tok[k - 1]), float(prob[k - 1])), (tok[k:], prob[k:])
 
     # verification and tests
 
@@ -284,6 +350,7 @@ class LlamaEngine:
             if any(r.shape != (self.vocab_size,) for r in rows):
                 raise ValueError(f"logit adjustment vectors must have {self.vocab_size} entries")
             capi.llama_clover_set_adjust(self.ctx, *(r.ctypes.data for r in rows))
+            self.bytes_written += sum(r.nbytes for r in rows)
         self._adjusted = not identity
 
     def _rows(self, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -292,12 +359,14 @@ class LlamaEngine:
         got = capi.llama_clover_get_rows(self.ctx, tok, prob, n)
         if got != n:
             raise EngineError(f"the clover head returned {got} rows, expected {n}")
+        self.bytes_read += ctypes.sizeof(tok) + ctypes.sizeof(prob)
         return np.frombuffer(tok, dtype=np.int32).astype(np.int64), np.frombuffer(
             prob, dtype=np.float32
         ).copy()
 
     def _logits(self, n: int) -> np.ndarray:
         ptr = ll.llama_get_logits(self.ctx)
+        self.bytes_read += 4 * n * self.vocab_size
         return np.ctypeslib.as_array(ptr, shape=(n, self.vocab_size)).copy()
 
     def _decode(

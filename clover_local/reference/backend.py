@@ -33,6 +33,13 @@ class NumpyBackend:
         tok, prob = pick(self.model.commit(tokens, self.state)[-1:], adj)
         return int(tok[0]), float(prob[0])
 
+    def commit_and_preview(
+        self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
+    ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
+        """`decode.FusedBackend`: a commit, then a preview over the state it left (what the fused
+        graph of another backend must equal)."""
+        return self.commit(tokens, adj), self.preview(block, adj)
+
     def verify_and_draft(
         self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
     ) -> Verification:

@@ -30,21 +30,25 @@ def top_k_routing(
     return ids, top / top.sum(axis=-1, keepdims=True)
 
 
-def block_expert_coreset(probs: np.ndarray, k: int, top_p: float) -> np.ndarray:
+def block_expert_coreset(probs: np.ndarray, k: int, top_p: float, size: int = 0) -> np.ndarray:
     """The experts a preview block may use (CLOVER.md 2.4 [vendor wording; details ours]).
 
     probs [B, E] are the block rows' router softmax. Each row's top-k candidates add their
     probabilities to their experts' aggregate; experts ranked by aggregate (ties: lower index
     first) are kept while the mass before them is below top_p of the total, i.e. the smallest
-    prefix reaching top_p. Returns a bool mask [E].
+    prefix reaching top_p. `size` > 0 keeps the first `size` of the ranking instead (a forced
+    coreset size, for benchmarks). Returns a bool mask [E].
     """
     ids, _ = top_k_routing(probs, k)
     agg = np.zeros(probs.shape[1], dtype=probs.dtype)
     np.add.at(agg, ids, np.take_along_axis(probs, ids, axis=-1))
     order = np.argsort(-agg, kind="stable")
+    kept = np.zeros(probs.shape[1], dtype=bool)
+    if size > 0:
+        kept[order[:size]] = True
+        return kept
     mass = np.cumsum(agg[order])
     before = mass - agg[order]
-    kept = np.zeros(probs.shape[1], dtype=bool)
     kept[order[(agg[order] > 0) & (before < top_p * mass[-1])]] = True
     return kept
 
@@ -59,7 +63,7 @@ def moe(x: np.ndarray, w: Weights, cfg: CloverConfig, preview: bool, rec: Record
     probs = softmax(x @ w("mlp.gate.weight").T)
     allowed = None
     if coreset_applies(preview, cfg):
-        allowed = block_expert_coreset(probs, cfg.num_experts_per_tok, cfg.coreset_top_p)
+        allowed = block_expert_coreset(probs, cfg.num_experts_per_tok, cfg.coreset_top_p, cfg.coreset_size)
         rec("ffn_moe_coreset", allowed)
     ids, weights = top_k_routing(probs, cfg.num_experts_per_tok, allowed)
     rec("ffn_moe_topk", ids)

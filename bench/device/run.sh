@@ -6,7 +6,9 @@
 #                                      `.venv/bin/python bench/device/prepare.py`)
 #
 # Environment (all optional):
-#   STAGES    comma list of build,gen,convert,baseline,clover,parity   (default: all of them)
+#   STAGES    comma list of build,gen,convert,baseline,clover,parity,cbench,nographs (default: all)
+#             cbench: `clover bench --simulate` on the largest clover file of the first quant;
+#             nographs: its engine passes again with GGML_CUDA_DISABLE_GRAPHS=1 (what CUDA graphs buy)
 #   LAYERS    layer counts to time, e.g. "4 8"; the largest is generated and converted, the
 #             others are its first N layers (bench/device/gguf_variant.py)          (default "4 8")
 #   QUANTS    converter outtypes, e.g. "q4_k_m q8_0"                     (default "q4_k_m")
@@ -25,7 +27,7 @@ REPO=$(pwd)
 OUT=${OUT:-/tmp/clover-out}; mkdir -p "$OUT"
 WORK=${WORK:-/tmp/clover-dev}; mkdir -p "$WORK"
 CARRY=${CARRY:-$REPO/.devcarry}
-STAGES=${STAGES:-build,gen,convert,baseline,clover,parity}
+STAGES=${STAGES:-build,gen,convert,baseline,clover,parity,cbench,nographs}
 LAYERS=${LAYERS:-4 8}
 QUANTS=${QUANTS:-q4_k_m}
 BUDGET_S=${BUDGET_S:-510}
@@ -208,22 +210,25 @@ done
 (( ${#VPIDS[@]} )) && { log "variants: ${#VPIDS[@]} jobs"; wait "${VPIDS[@]}"; log "variants done"; }
 
 # ---- timings ---------------------------------------------------------------------------------
-time_file() {  # $1 gguf, $2 tag
+time_file() {  # $1 gguf, $2 tag, then extra timing.py arguments; a file timed by an earlier call is kept
   local f=$1 tag=$2 need=$(( 40 + $(stat -c %s "$1") / 1000000000 * 4 ))
+  shift 2
+  if [ -f "$WORK/timing-$tag.json" ]; then log "timing $tag: kept from an earlier call"; return; fi
   if (( $(left) < need )); then note "time-$tag" "too little time left ($(left) s, need ~$need)"; return; fi
   log "timing $tag ($f)"
-  $PY -X faulthandler bench/device/timing.py "$f" --out "$WORK/timing-$tag.json" --reps "$REPS" --pp "$PP" --label "$tag" \
+  $PY -X faulthandler bench/device/timing.py "$f" --out "$WORK/timing-$tag.json" --reps "$REPS" --pp "$PP" --label "$tag" "$@" \
       2> "$WORK/timing-$tag.stderr" | tee -a "$OUT/run.log"
   [ -f "$WORK/timing-$tag.json" ] || { tail -20 "$WORK/timing-$tag.stderr" | tee -a "$OUT/run.log"; note "time-$tag" "timing failed"; }
-  # RUNTIME's `clover bench` on the same file (clover-moe files with the patched build only)
-  if [[ "$tag" == clover-* ]] && (( $(left) > 40 )); then
-    log "clover bench $tag"
-    clover_cmd bench "$f" --json --n-gpu-layers -1 --repeats 5 --verbose --simulate --n-ctx 16384 \
-        --prompt-tokens 512 --prompt-tokens 8192 > "$WORK/clover-bench-$tag.json" 2>> "$WORK/timing-$tag.stderr" \
-      || { note "clover-bench-$tag" "clover bench failed"; rm -f "$WORK/clover-bench-$tag.json"; }
-  fi
 }
-rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
+clover_bench() {  # $1 gguf, $2 tag: the runtime's own `clover bench` on the same file
+  [ -f "$WORK/clover-bench-$2.json" ] && return
+  if (( $(left) < 90 )); then note "clover-bench-$2" "too little time left ($(left) s)"; return; fi
+  log "clover bench $2"
+  clover_cmd bench "$1" --json --n-gpu-layers -1 --repeats 5 --verbose --simulate --n-ctx 16384 \
+      --prompt-tokens 512 --prompt-tokens 8192 > "$WORK/clover-bench-$2.json" 2>> "$WORK/timing-$2.stderr" \
+    || { note "clover-bench-$2" "clover bench failed"; rm -f "$WORK/clover-bench-$2.json"; }
+}
+[ -n "${RETIME:-}" ] && rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
 if want baseline || want clover || want parity; then
   wait_build || note timings "no CUDA wheel"
 fi
@@ -268,10 +273,17 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
       else note "clover-$q" "unpatched build: upstream cannot load clover-moe"; fi
     fi
   done
+  FIRSTQ=${QUANTS%% *}
+  LASTCLOVER="$WORK/clover-$LMAX-$FIRSTQ.gguf"
+  if want cbench && [ "$PATCHED" = 1 ] && [ -f "$LASTCLOVER" ]; then clover_bench "$LASTCLOVER" "clover-$LMAX-$FIRSTQ"; fi
+  if want nographs && [ "$PATCHED" = 1 ] && [ -f "$LASTCLOVER" ]; then
+    GGML_CUDA_DISABLE_GRAPHS=1 time_file "$LASTCLOVER" "clover-$LMAX-$FIRSTQ-nographs" --pp "" --no-sim
+  fi
   # ---- GPU parity (tiny models, all layers offloaded) ----------------------------------------
   if want parity; then
     if [ "$PATCHED" != 1 ]; then note parity "unpatched build"
     elif ! clover_cmd verify --help > /dev/null 2>&1; then note parity "no \`clover verify\` command"
+    elif [ -f "$WORK/parity.json" ]; then log "parity: kept from an earlier call"
     elif (( $(left) < 60 )); then note parity "too little time left"
     else
       log "parity: clover verify on tiny models, all layers on the GPU"

@@ -351,6 +351,9 @@ def run_engine(path: str, args, rng, res: dict) -> None:
                 for n in CORESET_SIZES
             }
 
+        if args.no_sim:
+            skipped["simulation"] = "--no-sim"
+            return
         # labelled simulations through the real loops (decode.generate, speculative.generate)
         eng.moe_chunk = int(best)
         s = DecodingSettings(
@@ -396,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-engine", action="store_true", help="plain C API timings only")
     ap.add_argument("--moe-chunks", default="0,8", help="engine routed-expert chunk settings to time")
     ap.add_argument("--sim-tokens", type=int, default=256, help="tokens per simulated generation")
+    ap.add_argument("--no-sim", action="store_true", help="no loop simulations (pass timings only)")
     ap.add_argument("--state-check", action="store_true", help="compare the state before/after previews")
     ap.add_argument("--label", default="")
     ap.add_argument(

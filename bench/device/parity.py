@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -29,18 +30,26 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def cpu_logits(path: Path, prompt: list[int], block: list[int], out: Path) -> None:
+    """Causal and preview logits on the CPU alone (run with no CUDA device visible: in-process, a
+    CUDA build offloads the matmuls of batches >= 32 rows to the GPU even with no layer on it)."""
+    from clover_local.llama.engine import LlamaEngine
+
+    with LlamaEngine(path, n_ctx=512, n_gpu_layers=0, f32_cache=True, flash_attn=False, log=True) as cpu:
+        c = cpu.causal_logits(prompt)
+        p = cpu.preview_logits(block) if cpu.has_diffusion else np.zeros((0,))
+    np.savez(out, causal=c, preview=p)
+
+
 def compare(path: Path, mask: int) -> dict:
     from clover_local.llama.engine import LlamaEngine
 
     rng = np.random.default_rng(7)
     out: dict = {}
-    with LlamaEngine(path, n_ctx=512, n_gpu_layers=0, f32_cache=True, flash_attn=False, log=True) as cpu:
-        V = cpu.vocab_size
+    with LlamaEngine(path, n_ctx=512, n_gpu_layers=999, f32_cache=True, flash_attn=False, log=True) as gpu:
+        V = gpu.vocab_size
         prompt = [int(t) for t in rng.integers(0, min(V, 151000), size=48)]
         block = [mask if i % 2 else int(t) for i, t in enumerate(rng.integers(0, min(V, 151000), size=32))]
-        c_cpu = cpu.causal_logits(prompt)
-        p_cpu = cpu.preview_logits(block) if cpu.has_diffusion else None
-    with LlamaEngine(path, n_ctx=512, n_gpu_layers=999, f32_cache=True, flash_attn=False, log=True) as gpu:
         c_gpu = gpu.causal_logits(prompt)
         before = gpu.state_bytes()
         p_gpu = gpu.preview_logits(block) if gpu.has_diffusion else None
@@ -48,6 +57,16 @@ def compare(path: Path, mask: int) -> dict:
             for _ in range(3):
                 gpu.preview_logits(block)
         out["preview_state_unchanged_gpu"] = gpu.state_bytes() == before
+    npz = path.with_suffix(".cpu.npz")
+    spec = json.dumps({"model": str(path), "prompt": prompt, "block": block, "out": str(npz)})
+    subprocess.run(
+        [sys.executable, __file__, "--cpu-run", spec],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    cpu = np.load(npz)
+    c_cpu, p_cpu = cpu["causal"], cpu["preview"] if p_gpu is not None else None
     out["causal_max_abs_diff"] = float(np.abs(c_cpu - c_gpu).max())
     out["causal_token_agreement"] = float((c_cpu.argmax(-1) == c_gpu.argmax(-1)).mean())
     if p_cpu is not None:
@@ -58,10 +77,17 @@ def compare(path: Path, mask: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--quants", default="f32,q8_0,q4_k_m")
     ap.add_argument("--preset", default="tiny-qwen-vocab")
+    ap.add_argument("--cpu-run", help=argparse.SUPPRESS)  # the CPU side of compare(), a JSON spec
     args = ap.parse_args(argv)
+    if args.cpu_run:
+        spec = json.loads(args.cpu_run)
+        cpu_logits(Path(spec["model"]), spec["prompt"], spec["block"], Path(spec["out"]))
+        return 0
+    if not args.out:
+        ap.error("--out is required")
     res: dict = {"preset": args.preset, "files": {}, "verify": {}}
     from clover_local.llama import capi
 

@@ -220,6 +220,7 @@ def merge(args) -> dict:
         if d:
             res["clover_bench"][Path(p).stem.removeprefix("clover-bench-")] = d
     res["parity"] = _load(args.parity) if args.parity else None
+    res["profile"] = _load(args.profile) if args.profile else None
     return res
 
 
@@ -231,6 +232,7 @@ def combine(args) -> dict:
     res["notes"] = [n for d in parts for n in d.get("notes", [])]
     res["clover_bench"] = {k: v for d in parts for k, v in (d.get("clover_bench") or {}).items()}
     res["parity"] = next((d["parity"] for d in reversed(parts) if d.get("parity")), None)
+    res["profile"] = next((d["profile"] for d in reversed(parts) if d.get("profile")), None)
     res["combined_from"] = [
         {"date_utc": d.get("date_utc"), "label": d.get("label"), "build": d.get("build")} for d in parts
     ]
@@ -334,6 +336,14 @@ def table(d: dict, source: str) -> str:
         if extra:
             lines += ["", f"{r['tag']}: " + "; ".join(extra) + "."]
     lines += goals(d)
+    for kind, prof in (d.get("profile") or {}).items():
+        top = ", ".join(f"{k} {v['us']:.0f} us ({v['n']})" for k, v in list(prof["by_kind_us"].items())[:6])
+        wall = f"{prof['wall_ms']:.3f} ms wall, " if prof.get("wall_ms") else ""
+        lines += [
+            "",
+            f"Profile, {kind} pass (smallest clover file): {wall}{prof['kernels']} kernels, "
+            f"{prof['kernel_sum_ms']:.3f} ms of kernel time; largest: {top}.",
+        ]
     if d.get("parity"):
         lines += ["", "GPU parity: `" + json.dumps(d["parity"].get("summary", d["parity"]))[:800] + "`"]
     skipped = sorted({f"{k}: {v}" for r in d["runs"] for k, v in (r.get("skipped") or {}).items()})
@@ -431,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("timings", nargs="*")
     m.add_argument("--clover-bench", nargs="*", default=[])
     m.add_argument("--parity")
+    m.add_argument("--profile")
     m.add_argument("--meta")
     m.add_argument("--machine")
     m.add_argument("--cmake-args", default="")

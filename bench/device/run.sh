@@ -9,6 +9,8 @@
 #   STAGES    comma list of build,gen,convert,baseline,clover,parity,cbench,nographs (default: all)
 #             cbench: `clover bench --simulate` on the largest clover file of the first quant;
 #             nographs: its engine passes again with GGML_CUDA_DISABLE_GRAPHS=1 (what CUDA graphs buy)
+#             profile: one pass of each kind under Nsight Compute on the smallest clover file
+#             (bench/device/profile.py: GPU time per kernel kind against the pass's wall time)
 #   LAYERS    layer counts to time, e.g. "4 8"; the largest is generated and converted, the
 #             others are its first N layers (bench/device/gguf_variant.py)          (default "4 8")
 #   QUANTS    converter outtypes, e.g. "q4_k_m q8_0"                     (default "q4_k_m")
@@ -27,7 +29,7 @@ REPO=$(pwd)
 OUT=${OUT:-/tmp/clover-out}; mkdir -p "$OUT"
 WORK=${WORK:-/tmp/clover-dev}; mkdir -p "$WORK"
 CARRY=${CARRY:-$REPO/.devcarry}
-STAGES=${STAGES:-build,gen,convert,baseline,clover,parity,cbench,nographs}
+STAGES=${STAGES:-build,gen,convert,baseline,clover,parity,cbench,nographs,profile}
 LAYERS=${LAYERS:-4 8}
 QUANTS=${QUANTS:-q4_k_m}
 BUDGET_S=${BUDGET_S:-510}
@@ -45,6 +47,7 @@ want() { [[ ",$STAGES," == *",$1,"* ]]; }
 note() { log "SKIP $1: $2"; echo "{\"stage\": \"$1\", \"skipped\": \"$2\"}" >> "$OUT/notes.jsonl"; }
 
 LMAX=0; for l in $LAYERS; do (( l > LMAX )) && LMAX=$l; done
+LMIN=$LMAX; for l in $LAYERS; do (( l < LMIN )) && LMIN=$l; done
 SRC_TGZ="$CARRY/llama-src.tar.gz"
 [ -f "$SRC_TGZ" ] || { log "no $SRC_TGZ: run bench/device/prepare.py here and carry .devcarry"; exit 2; }
 SRC_SHA=$( (sha256sum "$SRC_TGZ" | cut -c1-64; echo "${BUILD_CC:-}${BUILD_CXX:-}") | sha256sum | cut -c1-16)
@@ -279,6 +282,22 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
   if want nographs && [ "$PATCHED" = 1 ] && [ -f "$LASTCLOVER" ]; then
     GGML_CUDA_DISABLE_GRAPHS=1 time_file "$LASTCLOVER" "clover-$LMAX-$FIRSTQ-nographs" --pp "" --no-sim
   fi
+  SMALLCLOVER="$WORK/clover-$LMIN-$FIRSTQ.gguf"
+  if want profile && [ "$PATCHED" = 1 ] && [ -f "$SMALLCLOVER" ] && [ ! -f "$WORK/profile.json" ]; then
+    if ! command -v ncu > /dev/null; then note profile "no ncu on the PATH"
+    else
+      for k in ${PROFILE_PASSES:-raw-ar ar commit preview preview-c8 fused}; do
+        if (( $(left) < 40 )); then note "profile-$k" "too little time left ($(left) s)"; continue; fi
+        log "profile: $k on $SMALLCLOVER (ncu, one pass)"
+        ncu --clock-control none --profile-from-start off --csv --page raw --metrics gpu__time_duration.sum \
+            --log-file "$WORK/ncu-$k.csv" $PY bench/device/profile.py "$SMALLCLOVER" --pass "$k" \
+            2>> "$WORK/profile.stderr" | grep '^{' >> "$WORK/profile-walls.jsonl" || note "profile-$k" "ncu run failed"
+      done
+      $PY bench/device/profile.py --summarize "$WORK"/ncu-*.csv --walls "$WORK/profile-walls.jsonl" \
+          --out "$WORK/profile.json" > /dev/null 2>> "$WORK/profile.stderr" || note profile "summary failed"
+      tail -5 "$WORK/profile.stderr" >> "$OUT/run.log" 2>/dev/null
+    fi
+  fi
   # ---- GPU parity (tiny models, all layers offloaded) ----------------------------------------
   if want parity; then
     if [ "$PATCHED" != 1 ]; then note parity "unpatched build"
@@ -296,7 +315,7 @@ fi
 # ---- result ------------------------------------------------------------------------------------
 log "writing the result"
 $PY bench/device/results.py merge "$WORK"/timing-*.json --clover-bench "$WORK"/clover-bench-*.json --parity "$WORK/parity.json" \
-    --meta "$CARRY/meta.json" --machine "$OUT/machine.txt" --cmake-args "$CMAKE_ARGS_USED" \
+    --meta "$CARRY/meta.json" --machine "$OUT/machine.txt" --cmake-args "$CMAKE_ARGS_USED" --profile "$WORK/profile.json" \
     --build-s "$(cat "$WORK/build_s.txt" 2>/dev/null || echo '')" --notes "$OUT/notes.jsonl" \
     --label "$LABEL" --out "$OUT/result.json" 2>&1 | tee -a "$OUT/run.log"
 cp "$WORK"/timing-*.stderr "$OUT/" 2>/dev/null; ls "$OUT"/timing-*.stderr > /dev/null 2>&1 && \

@@ -1,0 +1,173 @@
+"""Where a pass's GPU time goes: one pass of a kind under Nsight Compute, kernel by kernel.
+
+    ncu --clock-control none --profile-from-start off --csv --page raw \\
+        --metrics gpu__time_duration.sum python bench/device/profile.py MODEL.gguf --pass preview
+
+    python bench/device/profile.py --summarize ncu-preview.csv [...]   # here: time per kernel kind
+
+The model is loaded, a 512-token prefix decoded and the pass run 10 times untimed (so that CUDA
+graphs are captured as in a timed run); then the profiler range (cudaProfilerStart/Stop) covers
+exactly one more pass. Passes: `ar` (the engine's 1-token commit, clover head), `raw-ar` (plain
+llama_decode of 1 token), `commit` (32 rows), `preview` (32 rows, coreset off), `preview-c8`
+(coreset forced to 8 experts), `fused` (32 causal rows + 32-row preview). `--summarize` groups
+the kernels of each CSV by kind and compares their sum with the pass's wall time measured without
+the profiler (the rest is launch and host time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import ctypes
+import json
+import re
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PASSES = ("ar", "raw-ar", "commit", "preview", "preview-c8", "fused")
+BLOCK = 32
+
+
+def run(model: str, kind: str, prefix: int) -> dict:
+    import numpy as np
+    from llama_cpp import llama_cpp as ll
+
+    from clover_local.llama.engine import LlamaEngine
+    from clover_local.policy import LogitAdjustment
+    from clover_local.speculative import RowAdjustments
+
+    cudart = ctypes.CDLL("libcudart.so.13")
+    eng = LlamaEngine(model, n_ctx=4096, n_gpu_layers=999, flash_attn=True, log=True, speculative=True)
+    rng = np.random.default_rng(0)
+    V = eng.vocab_size
+    adj = LogitAdjustment.identity(V)
+    mask = int(eng._meta("tokenizer.ggml.mask_token_id", "-1"))
+    toks = lambda n: [int(t) for t in rng.integers(0, min(V, 248000), size=n)]  # noqa: E731
+    block = [mask if i % 2 else t for i, t in enumerate(toks(BLOCK))]
+    eng.prefill(toks(prefix), adj)
+    eng.coreset, eng.coreset_size = kind == "preview-c8", 8 if kind == "preview-c8" else 0
+    batch = ll.llama_batch_init(1, 0, 1)
+    p0 = eng.n_past
+
+    def raw_ar() -> None:
+        batch.token[0], batch.pos[0], batch.n_seq_id[0] = toks(1)[0], eng.n_past, 1
+        batch.seq_id[0][0], batch.logits[0], batch.n_tokens = 0, True, 1
+        ll.llama_decode(eng.ctx, batch)
+        ll.llama_get_logits(eng.ctx)
+
+    def fused() -> None:
+        if eng.n_past > p0 and eng._pass_start is not None:
+            eng.rollback(p0)
+        eng.verify_and_draft(toks(BLOCK), RowAdjustments.constant(adj, BLOCK), block)
+
+    one = {
+        "ar": lambda: eng.commit(toks(1), adj),
+        "raw-ar": raw_ar,
+        "commit": lambda: eng.commit(toks(BLOCK), adj),
+        "preview": lambda: eng.preview(block, adj),
+        "preview-c8": lambda: eng.preview(block, adj),
+        "fused": fused,
+    }[kind]
+    times = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        one()
+        ll.llama_synchronize(eng.ctx)
+        times.append((time.perf_counter() - t0) * 1e3)
+    cudart.cudaProfilerStart()
+    one()
+    ll.llama_synchronize(eng.ctx)
+    cudart.cudaProfilerStop()
+    ll.llama_batch_free(batch)
+    eng.close()
+    return {"pass": kind, "wall_ms_median": sorted(times)[len(times) // 2], "wall_ms_min": min(times)}
+
+
+KINDS = [  # (kind, regex on the kernel name), first match wins
+    ("moe: mmq with expert ids", r"mul_mat_q.*true|mmq_ids|ids_helper"),
+    ("moe: mmvq with expert ids", r"mul_mat_vec_q.*true"),
+    ("matmul: mmq", r"mul_mat_q"),
+    ("matmul: mmvq / mmvf", r"mul_mat_vec"),
+    ("matmul: cuBLAS / mmf", r"gemm|cutlass|sm90|mmf|Kernel2"),
+    ("flash attention", r"flash_attn|fattn"),
+    ("gated delta net / ssm", r"gated_delta|ssm_conv|ssm_scan|delta"),
+    ("softmax / argmax / top-k / sort", r"soft_max|argmax|argsort|top_k|topk|cumsum"),
+    ("norms", r"norm"),
+    ("rope", r"rope"),
+    ("copies / concat / get_rows / set_rows", r"cpy|copy|concat|get_rows|set_rows|dup|cont"),
+    ("quantize activations", r"quantize"),
+    (
+        "elementwise / unary / glu",
+        r"k_bin_bcast|unary|glu|silu|sigmoid|scale|add|mul|sub|exp|log|step|fill|arange|sum",
+    ),
+]
+
+
+def summarize(paths: list[Path], walls: dict[str, dict]) -> dict:
+    out = {}
+    for p in paths:
+        kind = re.sub(r"^ncu-|\.csv$", "", p.name)
+        rows = [
+            r for r in csv.DictReader(line for line in p.read_text().splitlines() if line.startswith('"'))
+        ]
+        rows = [
+            r for r in rows if r.get("gpu__time_duration.sum", "").replace(".", "").replace(",", "").isdigit()
+        ]
+        by: dict[str, list[float]] = defaultdict(list)
+        unit = 1e-3  # ns -> us
+        for r in rows:
+            name = r.get("Kernel Name", "")
+            ns = float(r["gpu__time_duration.sum"].replace(",", ""))
+            label = next((k for k, rx in KINDS if re.search(rx, name)), "other: " + name[:60])
+            by[label].append(ns * unit)
+        total_us = sum(sum(v) for v in by.values())
+        wall = walls.get(kind, {}).get("wall_ms_median")
+        out[kind] = {
+            "kernels": sum(len(v) for v in by.values()),
+            "kernel_sum_ms": total_us / 1e3,
+            "wall_ms": wall,
+            "launch_and_host_ms": wall - total_us / 1e3 if wall else None,
+            "by_kind_us": {
+                k: {"n": len(v), "us": round(sum(v), 1)}
+                for k, v in sorted(by.items(), key=lambda kv: -sum(kv[1]))
+            },
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("--pass", dest="kind", choices=PASSES, default="preview")
+    ap.add_argument("--prefix", type=int, default=512)
+    ap.add_argument("--summarize", type=Path, nargs="*")
+    ap.add_argument("--walls", type=Path, help="JSON lines of this script's wall-time records")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    if args.summarize:
+        walls = {}
+        if args.walls and args.walls.is_file():
+            for line in args.walls.read_text().splitlines():
+                if line.startswith("{"):
+                    d = json.loads(line)
+                    walls[d["pass"]] = d
+        res = summarize(args.summarize, walls)
+        text = json.dumps(res, indent=1)
+        if args.out:
+            args.out.write_text(text + "\n")
+        print(text)
+        return 0
+    if not args.model:
+        ap.error("MODEL is required (or --summarize)")
+    print(json.dumps(run(args.model, args.kind, args.prefix)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

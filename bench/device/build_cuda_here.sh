@@ -32,5 +32,6 @@ cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_L
   -DLLAMA_BUILD_COMMON=OFF -DLLAMA_CURL=OFF \
   -DCUDA_cublas_LIBRARY="$C/lib/libcublas.so" -DCUDA_cublasLt_LIBRARY="$C/lib/libcublasLt.so" \
   -DCUDA_cuda_driver_LIBRARY="$DEPS/stub/libcuda.so" -DCMAKE_SHARED_LINKER_FLAGS=-Wl,--no-as-needed \
+  -DCMAKE_BUILD_RPATH='$ORIGIN' -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
   -DCMAKE_CUDA_FLAGS="-I$C/include" -DCMAKE_CXX_FLAGS="-I$C/include"
 ninja -C "$BUILD" llama

@@ -120,12 +120,14 @@ def summarize(paths: list[Path], walls: dict[str, dict]) -> dict:
             r for r in rows if r.get("gpu__time_duration.sum", "").replace(".", "").replace(",", "").isdigit()
         ]
         by: dict[str, list[float]] = defaultdict(list)
+        names: dict[str, list[float]] = defaultdict(list)
         unit = 1e-3  # ns -> us
         for r in rows:
             name = r.get("Kernel Name", "")
             ns = float(r["gpu__time_duration.sum"].replace(",", ""))
             label = next((k for k, rx in KINDS if re.search(rx, name)), "other: " + name[:60])
             by[label].append(ns * unit)
+            names[name[:100]].append(ns * unit)
         total_us = sum(sum(v) for v in by.values())
         wall = walls.get(kind, {}).get("wall_ms_median")
         out[kind] = {
@@ -136,6 +138,10 @@ def summarize(paths: list[Path], walls: dict[str, dict]) -> dict:
             "by_kind_us": {
                 k: {"n": len(v), "us": round(sum(v), 1)}
                 for k, v in sorted(by.items(), key=lambda kv: -sum(kv[1]))
+            },
+            "top_kernels_us": {
+                k: {"n": len(v), "us": round(sum(v), 1)}
+                for k, v in sorted(names.items(), key=lambda kv: -sum(kv[1]))[:12]
             },
         }
     return out

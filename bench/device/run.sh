@@ -289,7 +289,8 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
       for k in ${PROFILE_PASSES:-raw-ar ar commit preview preview-c8 fused}; do
         if (( $(left) < 40 )); then note "profile-$k" "too little time left ($(left) s)"; continue; fi
         log "profile: $k on $SMALLCLOVER (ncu, one pass)"
-        ncu --clock-control none --profile-from-start off --csv --page raw --metrics gpu__time_duration.sum \
+        ncu --clock-control none --cache-control ${NCU_CACHE:-none} --profile-from-start off --csv --page raw \
+            --metrics gpu__time_duration.sum \
             --log-file "$WORK/ncu-$k.csv" $PY bench/device/profile.py "$SMALLCLOVER" --pass "$k" \
             2>> "$WORK/profile.stderr" | grep '^{' >> "$WORK/profile-walls.jsonl" || note "profile-$k" "ncu run failed"
       done

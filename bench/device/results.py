@@ -24,6 +24,7 @@ RESULTS = ROOT / "bench" / "results"
 DOC = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- h200-table:begin -->", "<!-- h200-table:end -->"
 FULL_LAYERS = 40
+DEFAULT_MOE_CHUNK = 0  # clover_local/llama/engine.py MOE_CHUNK_GPU
 METRICS = (
     "ar_step_ms",
     "causal32_ms",
@@ -35,7 +36,8 @@ METRICS = (
     "fused_pass_ms",
     *(f"preview_coreset_{n}_ms" for n in (8, 16, 32, 64, 128, 256)),
 )
-TAG = re.compile(r"^(?P<arch>clover|qwen35moe)-(?P<layers>\d+)-(?P<quant>[a-z0-9_]+)$")
+# <arch>-<layers>-<quant>[-<variant>]; a variant (e.g. nographs: CUDA graphs off) is fitted on its own
+TAG = re.compile(r"^(?P<arch>clover|qwen35moe)-(?P<layers>\d+)-(?P<quant>[a-z0-9_]+(?:-[a-z]+)?)$")
 
 
 def _load(path: str) -> dict | None:
@@ -77,8 +79,6 @@ def run_entry(t: dict) -> dict:
         "file_bytes": t["model"].get("file_bytes"),
         "load_s": t.get("load_s"),
     }
-    for n, ms in (t.get("preview_ms_by_coreset") or {}).items():
-        e[f"preview_coreset_{n}_ms"] = ms
     for k in (
         *METRICS,
         "ar_tok_s",
@@ -105,9 +105,10 @@ def run_entry(t: dict) -> dict:
         if k in t:
             e[k] = t[k]
     e["by_moe_chunk"] = {
-        c: {k: v for k, v in m.items() if k.endswith("_ms") or k.endswith("_by_coreset")}
+        c: {k: v for k, v in m.items() if k.endswith(("_ms", "_ms_per_block", "_by_coreset"))}
         for c, m in (t.get("by_moe_chunk") or {}).items()
     }
+    use_default_chunk(e)
     e["detail"] = {
         k: t[k]
         for k in (
@@ -123,6 +124,17 @@ def run_entry(t: dict) -> dict:
         if k in t
     }
     return e
+
+
+def use_default_chunk(e: dict) -> None:
+    """The engine's passes at its default expert dispatch (llama/engine.py MOE_CHUNK_GPU = 0: one
+    dispatch), so every layer count is fitted at one setting; the others stay in by_moe_chunk."""
+    default = (e.get("by_moe_chunk") or {}).get(str(DEFAULT_MOE_CHUNK))
+    if default:
+        e.update({k: v for k, v in default.items() if k != "ar_step_ms"})
+        e["engine_ar_step_ms"], e["moe_chunk"] = default["ar_step_ms"], DEFAULT_MOE_CHUNK
+    for n, ms in (e.get("preview_ms_by_coreset") or {}).items():
+        e[f"preview_coreset_{n}_ms"] = ms
 
 
 def summarize(res: dict) -> None:
@@ -229,6 +241,8 @@ def combine(args) -> dict:
     parts = [json.loads(Path(p).read_text()) for p in args.results]
     res = dict(parts[0])
     res["runs"] = [r for d in parts for r in d["runs"]]
+    for r in res["runs"]:
+        use_default_chunk(r)
     res["notes"] = [n for d in parts for n in d.get("notes", [])]
     res["clover_bench"] = {k: v for d in parts for k, v in (d.get("clover_bench") or {}).items()}
     res["parity"] = next((d["parity"] for d in reversed(parts) if d.get("parity")), None)
@@ -347,7 +361,7 @@ def table(d: dict, source: str) -> str:
     if d.get("parity"):
         lines += ["", "GPU parity: `" + json.dumps(d["parity"].get("summary", d["parity"]))[:800] + "`"]
     skipped = sorted({f"{k}: {v}" for r in d["runs"] for k, v in (r.get("skipped") or {}).items()})
-    skipped += [f"{n['stage']}: {n['skipped']}" for n in d.get("notes", [])]
+    skipped += [f"{n['stage']}: {n['skipped']}" for n in d.get("notes", []) if "skipped" in n]
     if skipped:
         lines += ["", "Not measured in this run: " + "; ".join(skipped) + "."]
     return "\n".join(lines) + "\n"

@@ -21,7 +21,8 @@ from . import capi
 GGML_TYPE_F32 = 0
 GGML_LOG_LEVEL_ERROR = 4
 SEQ = 0
-# routed-expert chunk (rows) for passes with layers on a GPU; see docs/performance.md (H200)
+# routed-expert chunk (rows) for passes with layers on a GPU. 0 (one dispatch): on the H200 chunks of 8
+# left the preview unchanged and slowed small coresets (docs/performance.md, H200, 2026-11-30)
 MOE_CHUNK_GPU = 0
 
 # bool (*ggml_backend_sched_eval_callback)(struct ggml_tensor * t, bool ask, void * user_data), on ggml_tensor

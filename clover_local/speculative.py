@@ -311,6 +311,12 @@ def _accept(v: Verification, draft: _Draft, rng: np.random.Generator) -> tuple[i
     return len(draft.tokens), _sample(rng, v.dist[len(draft.tokens)])
 
 
+def _ar_step(backend: SpeculativeBackend, token: int, adj: LogitAdjustment) -> Verification:
+    """A greedy iteration without draft or preview, as `decode.generate_ar` runs it: one `commit`."""
+    pick, prob = backend.commit([token], adj)
+    return Verification(np.array([pick]), np.array([prob]), np.zeros(0, dtype=np.int64), np.zeros(0))
+
+
 def generate(
     backend: SpeculativeBackend,
     prompt: Sequence[int],
@@ -375,10 +381,13 @@ def generate(
             passes += 1
         draft = draft.cut(next((i + 1 for i, t in enumerate(draft.tokens) if t in stops), len(draft.tokens)))
         rows = [pending, *draft.tokens]
-        adjs = RowAdjustments.for_rows(s, vocab, prompt, response, rows)
         ends = any(t in stops for t in rows) or len(draft.tokens) == room  # if every draft token is kept
         wanted = not ends and preview_fits(position + len(rows))
-        v = backend.verify_and_draft(rows, adjs, masks() if wanted else [], temp)
+        if draft.tokens or wanted or temp > 0:
+            adjs = RowAdjustments.for_rows(s, vocab, prompt, response, rows)
+            v = backend.verify_and_draft(rows, adjs, masks() if wanted else [], temp)
+        else:  # nothing to verify or draft: the `ar` loop's own step (the commit path, no snapshots)
+            v = _ar_step(backend, pending, policy.adjustment(s, vocab, prompt, [*response, pending]))
         a, bonus = _accept(v, draft, rng)
         kept = rows[: a + 1]
         response += kept

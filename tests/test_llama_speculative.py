@@ -57,6 +57,9 @@ class Prophet:
     def prefill(self, tokens, adj):
         return self.engine.prefill(tokens, adj)
 
+    def commit(self, tokens, adj):
+        return self.engine.commit(tokens, adj)
+
     def rollback(self, n_keep: int) -> None:
         self.engine.rollback(n_keep)
 

@@ -60,3 +60,25 @@ def test_simulations_refuse_what_they_cannot_fix(backend, mask_id):
         simulation.FixedFill(backend, 2, s)
     with pytest.raises(ValueError, match="greedy"):
         simulation.FixedAccept(backend, 1).verify_and_draft([1], None, [], temperature=1.0)
+
+
+def test_draftless_iterations_run_the_ar_step(backend, mask_id):
+    """Once drafts stop paying (a = 0), iterations are the `ar` loop's commit, not a verification:
+    only the first pass and the probes verify."""
+    calls = {"commit": 0, "verify_and_draft": 0}
+
+    class Counting(simulation.FixedAccept):
+        def commit(self, tokens, adj):
+            calls["commit"] += 1
+            return super().commit(tokens, adj)
+
+        def verify_and_draft(self, tokens, adjs, preview, temperature=0.0):
+            calls["verify_and_draft"] += 1
+            return super().verify_and_draft(tokens, adjs, preview, temperature)
+
+    s = DecodingSettings(mask_token_id=mask_id, block_size=8, max_new_tokens=120)
+    result = simulation.decode.last_result(
+        speculative.generate(Counting(backend, 0), PROMPT, s, speculative.SpeculativeSettings())
+    )
+    assert len(result.tokens) == 120
+    assert calls["commit"] > 100 and calls["verify_and_draft"] < 10, calls

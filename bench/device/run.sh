@@ -232,7 +232,7 @@ clover_bench() {  # $1 gguf, $2 tag: the runtime's own `clover bench` on the sam
     || { note "clover-bench-$2" "clover bench failed"; rm -f "$WORK/clover-bench-$2.json"; }
 }
 [ -n "${RETIME:-}" ] && rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
-if want baseline || want clover || want parity; then
+if want baseline || want clover || want parity || want cbench || want nographs || want profile; then
   wait_build || note timings "no CUDA wheel"
 fi
 # The image builds with /opt/gcc (its own GCC), whose libstdc++ need not be the one the dynamic

@@ -49,6 +49,23 @@ def _failed(what: str) -> EngineError:
     return EngineError(f"{what}: {_errors[-1]}" if _errors else what)
 
 
+def keep_freed_memory() -> None:
+    """Let glibc keep freed memory instead of returning it to the system.
+
+    Each pass builds a few vocabulary-sized vectors (the logit adjustment: 3 x 1 MB at vocab
+    248320). With glibc's defaults that memory goes back to the system when freed and is
+    page-faulted in again by the next pass: `policy.adjustment` took 1.1 ms, 0.11 ms with freed
+    memory kept (this 2-core VM). Process-wide, once, where glibc's `mallopt` exists.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    libc.mallopt(m_mmap_threshold, 32 << 20)  # allocations up to 32 MiB come from the heap
+    libc.mallopt(m_trim_threshold, 256 << 20)  # and up to 256 MiB of freed heap stays mapped
+
+
 def require_patched() -> None:
     """Fail clearly when the installed llama-cpp-python lacks the Clover patch series."""
     if not capi.PATCHED:
@@ -93,6 +110,7 @@ class LlamaEngine:
         moe_chunk: int | None = None,
     ):
         require_patched()
+        keep_freed_memory()
         # no Python log callback with log=True: llama.cpp writes to stderr itself
         ll.llama_log_set(ll.llama_log_callback() if log else _log, ctypes.c_void_p(0))
         _errors.clear()

@@ -89,6 +89,8 @@ def run_bench(
     need a backend that can roll back a block: the reference always, the llama.cpp engine when
     loaded in `speculative` mode (its recurrent-state snapshots).
     """
+    for n in prompt_tokens:  # every length must fit with the generation, before any work
+        policy.check_length(n, clover.decoding_settings(n, gen_tokens))
     backend, prompt = clover.backend, bench_prompt(clover, prompt_tokens[0])
     previews = clover.mode != "ar"  # AR mode: also what `--ar-only` files run
     verifies = (

@@ -271,3 +271,9 @@ def test_a_model_without_attention_layers_is_refused_not_aborted(tmp_path):
     assert clover("convert", str(ckpt), "-o", str(gguf), "--outtype", "f32").returncode == 0
     message = one_error_line(clover("generate", str(gguf), "-p", "hi"))
     assert "no full-attention layer" in message and "--layers 4" in message
+
+
+def test_bench_refuses_a_prompt_length_beyond_the_context(tiny_checkpoint):
+    res = clover("bench", str(tiny_checkpoint), "--backend", "reference", "--prompt-tokens", "200000")
+    assert res.returncode == 1 and "request too long: prompt 200000 tokens" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not res.stdout

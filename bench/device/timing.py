@@ -76,8 +76,7 @@ class Raw:
         n_ubatch: int,
         threads: int | None,
     ):
-        # llama.cpp's own stderr log, no Python log callback: with a CUDA build on the H200 image a
-        # Python callback segfaults inside model loading (see docs/performance.md, H200)
+        # llama.cpp's own stderr log, in the run's stderr file (no Python log callback)
         ll.llama_log_set(ll.llama_log_callback(), ctypes.c_void_p(0))
         ll.llama_backend_init()
         mp = ll.llama_model_default_params()
@@ -317,7 +316,7 @@ def run_engine(path: str, args, rng, res: dict) -> None:
         n_gpu_layers=args.ngl,
         flash_attn=args.flash_attn,
         n_ubatch=args.n_ubatch,
-        log=True,  # no Python log callback (it crashes model loading on the H200 image)
+        log=True,  # llama.cpp's log on stderr
         speculative=True,
     )
     try:

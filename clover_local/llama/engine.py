@@ -88,8 +88,7 @@ class LlamaEngine:
     of that many rows (0: one dispatch; see `MOE_CHUNK_GPU`);
     `eval_callback` is llama.cpp's `cb_eval`, called for every graph node (tests inspect ops and
     intermediates). llama.cpp's log is dropped except error lines, which end up in `EngineError`
-    messages; `log=True` leaves it on stderr (and runs no Python log callback, which crashed model
-    loading on the H200 device image's Python 3.12 with a CUDA build).
+    messages; `log=True` leaves it on stderr and installs no Python log callback.
     """
 
     def __init__(

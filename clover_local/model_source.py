@@ -13,8 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from clover_convert.hub import is_repo_id
-
+from .hub import hub, is_repo_id
 from .model_info import ModelFileError
 
 SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
@@ -75,21 +74,7 @@ def resolve(spec: str, file: str | None = None) -> Path:
     where = parse_spec(spec, file)
     if isinstance(where, Path):
         return where
-    try:
-        from huggingface_hub import hf_hub_download, list_repo_files
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
-    except ImportError:
-        raise ModelFileError(
-            f"{where.repo_id} is a Hugging Face repo id; downloading needs huggingface_hub "
-            "(pip install 'clover-local[hub]')"
-        ) from None
-    try:
-        names = pick_files(list_repo_files(where.repo_id), where.pattern)
-        paths = [hf_hub_download(where.repo_id, name) for name in names]
-    except RepositoryNotFoundError:
-        raise ModelFileError(
-            f"{where.repo_id}: no such Hugging Face repository (or it is gated: log in)"
-        ) from None
-    except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
-        raise ModelFileError(f"{where.repo_id}: download failed ({str(e).splitlines()[0]})") from None
+    with hub(where.repo_id, ModelFileError) as hf:
+        names = pick_files(hf.list_repo_files(where.repo_id), where.pattern)
+        paths = [hf.hf_hub_download(where.repo_id, name) for name in names]
     return Path(paths[0])

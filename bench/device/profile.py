@@ -5,13 +5,13 @@
 
     python bench/device/profile.py --summarize ncu-preview.csv [...]   # here: time per kernel kind
 
-The model is loaded, a 512-token prefix decoded and the pass run 10 times untimed (so that CUDA
+The model is loaded, a 512-token prefix decoded and the pass run 20 times untimed (so that CUDA
 graphs are captured as in a timed run); then the profiler range (cudaProfilerStart/Stop) covers
-exactly one more pass. Passes: `ar` (the engine's 1-token commit, clover head), `raw-ar` (plain
-llama_decode of 1 token), `commit` (32 rows), `preview` (32 rows, coreset off), `preview-c8`
-(coreset forced to 8 experts), `fused` (32 causal rows + 32-row preview). `--summarize` groups
-the kernels of each CSV by kind and compares their sum with the pass's wall time measured without
-the profiler (the rest is launch and host time).
+exactly one more pass. Wall times under the profiler are the profiler's, so none are reported:
+compare the kernel time with timing.py's. Passes: `ar` (the engine's 1-token commit, clover
+head), `raw-ar` (plain llama_decode of 1 token), `commit` (32 rows), `preview` (32 rows,
+coreset off), `preview-c8` (coreset forced to 8 experts), `fused` (32 causal rows + 32-row
+preview). `--summarize` groups the kernels of each CSV by kind and lists the largest kernels.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import ctypes
 import json
 import re
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -74,19 +73,16 @@ def run(model: str, kind: str, prefix: int) -> dict:
         "preview-c8": lambda: eng.preview(block, adj),
         "fused": fused,
     }[kind]
-    times = []
-    for _ in range(20):
-        t0 = time.perf_counter()
+    for _ in range(20):  # warm-up, so that CUDA graphs are captured as in a timed run
         one()
         ll.llama_synchronize(eng.ctx)
-        times.append((time.perf_counter() - t0) * 1e3)
     cudart.cudaProfilerStart()
     one()
     ll.llama_synchronize(eng.ctx)
     cudart.cudaProfilerStop()
     ll.llama_batch_free(batch)
     eng.close()
-    return {"pass": kind, "wall_ms_median": sorted(times)[len(times) // 2], "wall_ms_min": min(times)}
+    return {"pass": kind, "profiled": True}
 
 
 KINDS = [  # (kind, regex on the kernel name), first match wins
@@ -109,7 +105,7 @@ KINDS = [  # (kind, regex on the kernel name), first match wins
 ]
 
 
-def summarize(paths: list[Path], walls: dict[str, dict]) -> dict:
+def summarize(paths: list[Path]) -> dict:
     out = {}
     for p in paths:
         kind = re.sub(r"^ncu-|\.csv$", "", p.name)
@@ -129,12 +125,9 @@ def summarize(paths: list[Path], walls: dict[str, dict]) -> dict:
             by[label].append(ns * unit)
             names[name[:100]].append(ns * unit)
         total_us = sum(sum(v) for v in by.values())
-        wall = walls.get(kind, {}).get("wall_ms_median")
         out[kind] = {
             "kernels": sum(len(v) for v in by.values()),
             "kernel_sum_ms": total_us / 1e3,
-            "wall_ms": wall,
-            "launch_and_host_ms": wall - total_us / 1e3 if wall else None,
             "by_kind_us": {
                 k: {"n": len(v), "us": round(sum(v), 1)}
                 for k, v in sorted(by.items(), key=lambda kv: -sum(kv[1]))
@@ -153,17 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pass", dest="kind", choices=PASSES, default="preview")
     ap.add_argument("--prefix", type=int, default=512)
     ap.add_argument("--summarize", type=Path, nargs="*")
-    ap.add_argument("--walls", type=Path, help="JSON lines of this script's wall-time records")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     if args.summarize:
-        walls = {}
-        if args.walls and args.walls.is_file():
-            for line in args.walls.read_text().splitlines():
-                if line.startswith("{"):
-                    d = json.loads(line)
-                    walls[d["pass"]] = d
-        res = summarize(args.summarize, walls)
+        res = summarize(args.summarize)
         text = json.dumps(res, indent=1)
         if args.out:
             args.out.write_text(text + "\n")

@@ -86,7 +86,6 @@ def run_entry(t: dict) -> dict:
         "pp_tok_s",
         "preview_ms_by_coreset",
         "e2e_tok_s_by_k",
-        "e2e_fused_tok_s_by_k_derived",
         "spec_tok_s_by_accept",
         "ar_loop_tok_s",
         "raw_ar_step_ms",
@@ -97,7 +96,6 @@ def run_entry(t: dict) -> dict:
         "e2e_runs",
         "spec_runs",
         "readback_bytes_per_pass",
-        "preview_state_unchanged",
         "skipped",
         "settings",
         "llama_cpp_version",
@@ -345,17 +343,14 @@ def table(d: dict, source: str) -> str:
                 "iteration (real loop, adaptive draft): "
                 + ", ".join(f"a={a}: {v:.1f}" for a, v in r["spec_tok_s_by_accept"].items())
             )
-        if r.get("preview_state_unchanged") is not None:
-            extra.append(f"memory state unchanged after previews: {r['preview_state_unchanged']}")
         if extra:
             lines += ["", f"{r['tag']}: " + "; ".join(extra) + "."]
     lines += goals(d)
     for kind, prof in (d.get("profile") or {}).items():
         top = ", ".join(f"{k} {v['us']:.0f} us ({v['n']})" for k, v in list(prof["by_kind_us"].items())[:6])
-        wall = f"{prof['wall_ms']:.3f} ms wall, " if prof.get("wall_ms") else ""
         lines += [
             "",
-            f"Profile, {kind} pass (smallest clover file): {wall}{prof['kernels']} kernels, "
+            f"Profile, {kind} pass (smallest clover file): {prof['kernels']} kernels, "
             f"{prof['kernel_sum_ms']:.3f} ms of kernel time; largest: {top}.",
         ]
     if d.get("parity"):

@@ -243,7 +243,7 @@ def device_bandwidth() -> tuple[float, str]:
         return 4.27e12, f"assumed 4.27 TB/s (H200 copy bandwidth from the issue): {e}"
 
 
-def engine_passes(eng, args, rng, adj, mask: int, res: dict) -> dict:
+def engine_passes(eng, args, rng, adj, mask: int) -> dict:
     """One set of pass timings at the engine's current settings (`moe_chunk`)."""
     from clover_local.speculative import RowAdjustments
 
@@ -260,7 +260,6 @@ def engine_passes(eng, args, rng, adj, mask: int, res: dict) -> dict:
     if not eng.has_diffusion:
         return out
 
-    before = eng.state_bytes() if args.state_check else None
     eng.coreset_size = 0
     for on in (False, True):
         eng.coreset = on
@@ -269,8 +268,6 @@ def engine_passes(eng, args, rng, adj, mask: int, res: dict) -> dict:
         out["preview_coreset" if on else "preview"] = st
         mode = f"on, top_p {eng.coreset_top_p:.2f}" if on else "off"
         log(f"  preview (coreset {mode}): {st['median']:.3f} ms")
-    if before is not None:
-        out["preview_state_unchanged"] = eng.state_bytes() == before
 
     eng.coreset = True
     sizes = {}
@@ -330,7 +327,7 @@ def run_engine(path: str, args, rng, res: dict) -> None:
         for chunk in args.moe_chunks:
             eng.moe_chunk = chunk
             log(f"engine passes, routed experts dispatched in chunks of {chunk or 'all'} rows")
-            by_chunk[str(chunk)] = engine_passes(eng, args, rng, adj, mask, res)
+            by_chunk[str(chunk)] = engine_passes(eng, args, rng, adj, mask)
         res["by_moe_chunk"] = by_chunk
         # headline: the engine's default dispatch (the other settings stay in by_moe_chunk)
         from clover_local.llama.engine import MOE_CHUNK_GPU
@@ -401,7 +398,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moe-chunks", default="0,8", help="engine routed-expert chunk settings to time")
     ap.add_argument("--sim-tokens", type=int, default=256, help="tokens per simulated generation")
     ap.add_argument("--no-sim", action="store_true", help="no loop simulations (pass timings only)")
-    ap.add_argument("--state-check", action="store_true", help="compare the state before/after previews")
     ap.add_argument("--label", default="")
     ap.add_argument(
         "--check", action="store_true", help="load, decode 8 tokens, print ok, exit (a smoke test)"

@@ -8,6 +8,7 @@ caller asks for them (`causal_logits`, `preview_logits`: verification and tests)
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -49,13 +50,14 @@ def _failed(what: str) -> EngineError:
     return EngineError(f"{what}: {_errors[-1]}" if _errors else what)
 
 
+@functools.cache
 def keep_freed_memory() -> None:
     """Let glibc keep freed memory instead of returning it to the system.
 
     Each pass builds a few vocabulary-sized vectors (the logit adjustment: 3 x 1 MB at vocab
     248320). With glibc's defaults that memory goes back to the system when freed and is
     page-faulted in again by the next pass: `policy.adjustment` took 1.1 ms, 0.11 ms with freed
-    memory kept (this 2-core VM). Process-wide, once, where glibc's `mallopt` exists.
+    memory kept (this 2-core VM). Process-wide, so once per process, where glibc's `mallopt` exists.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")

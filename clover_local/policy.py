@@ -23,21 +23,55 @@ class RequestTooLong(ValueError):
 
 @dataclass(frozen=True)
 class LogitAdjustment:
-    """Per-vocab vectors of `l' = max(l,0) * pos_scale + min(l,0) * neg_scale + bias`."""
+    """`l' = max(l,0) * pos_scale + min(l,0) * neg_scale + bias` over a vocabulary, kept as its entries.
 
-    pos_scale: np.ndarray
-    neg_scale: np.ndarray
-    bias: np.ndarray
+    `ids` are the (unique) token ids where it differs from the identity and `values` [len(ids), 3] their
+    (pos_scale, neg_scale, bias); every other token keeps its logit exactly. Penalties, ramps and the
+    mask token touch a few ids, so a pass carries O(response) numbers, never O(vocabulary).
+    """
+
+    ids: np.ndarray  # [n] token ids
+    values: np.ndarray  # [n, 3] float32: pos_scale, neg_scale, bias
+    vocab_size: int
 
     @classmethod
     def identity(cls, vocab_size: int) -> LogitAdjustment:
-        ones = np.ones(vocab_size, dtype=np.float32)
-        return cls(ones, ones.copy(), np.zeros(vocab_size, dtype=np.float32))
+        return cls(np.zeros(0, dtype=np.int64), np.zeros((0, 3), dtype=np.float32), vocab_size)
+
+    @classmethod
+    def from_vectors(cls, pos_scale: np.ndarray, neg_scale: np.ndarray, bias: np.ndarray) -> LogitAdjustment:
+        """The adjustment of per-vocab vectors (entries where any of them is not the identity's)."""
+        dense = np.stack([pos_scale, neg_scale, bias], axis=1).astype(np.float32)
+        ids = np.flatnonzero((dense[:, 0] != 1) | (dense[:, 1] != 1) | (dense[:, 2] != 0))
+        return cls(ids, dense[ids], len(dense))
+
+    def vectors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-vocab (pos_scale, neg_scale, bias) vectors."""
+        pos, neg = np.ones(self.vocab_size, dtype=np.float32), np.ones(self.vocab_size, dtype=np.float32)
+        bias = np.zeros(self.vocab_size, dtype=np.float32)
+        pos[self.ids], neg[self.ids], bias[self.ids] = self.values.T
+        return pos, neg, bias
+
+    @property
+    def pos_scale(self) -> np.ndarray:
+        return self.vectors()[0]
+
+    @property
+    def neg_scale(self) -> np.ndarray:
+        return self.vectors()[1]
+
+    @property
+    def bias(self) -> np.ndarray:
+        return self.vectors()[2]
 
 
 def adjust_logits(logits: np.ndarray, adj: LogitAdjustment) -> np.ndarray:
-    """Apply the adjustment to logits [..., V]; the same formula runs in the llama.cpp graph."""
-    return np.maximum(logits, 0) * adj.pos_scale + np.minimum(logits, 0) * adj.neg_scale + adj.bias
+    """Apply the adjustment to logits [..., V] at its entries (the same formula runs in the graph)."""
+    out = np.array(logits, copy=True)
+    at = out[..., adj.ids]
+    pos, neg, bias = adj.values.T
+    out[..., adj.ids] = np.maximum(at, 0) * pos + np.minimum(at, 0) * neg + bias
+    return out
 
 
 def pick(logits: np.ndarray, adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
@@ -163,39 +197,66 @@ def adjustment(
     """
     ids, values = _entries(s, prompt, response)
     inside = (ids >= 0) & (ids < vocab_size)
-    return _scatter(LogitAdjustment.identity(vocab_size), ids[inside], [v[inside] for v in values])
+    return LogitAdjustment(ids[inside], np.stack(values, axis=1)[inside], vocab_size)
+
+
+class RunningAdjustment:
+    """`adjustment(s, V, prompt, response)` for a response that grows one token at a time (the `ar`
+    loop): the token counts and the think state are kept, so a step costs O(distinct tokens) instead
+    of counting the whole response again."""
+
+    def __init__(self, s: DecodingSettings, vocab_size: int, prompt: Sequence[int]):
+        self.s, self.vocab_size = s, vocab_size
+        self.counts: dict[int, int] = {}
+        self.n_generated = 0
+        self.inside = thinking(prompt, [], s)
+
+    def append(self, token: int) -> None:
+        self.counts[token] = self.counts.get(token, 0) + 1
+        self.n_generated += 1
+        self.inside = thinking_after(self.inside, token, self.s)
+
+    def adjustment(self) -> LogitAdjustment:
+        seen = np.fromiter(self.counts, dtype=np.int64, count=len(self.counts))
+        n = np.fromiter(self.counts.values(), dtype=np.int64, count=len(self.counts))
+        order = np.argsort(seen)
+        ids, values = _entries_of_counts(self.s, seen[order], n[order], self.n_generated, self.inside)
+        inside = (ids >= 0) & (ids < self.vocab_size)
+        return LogitAdjustment(ids[inside], np.stack(values, axis=1)[inside], self.vocab_size)
 
 
 def adjustment_rows(
     s: DecodingSettings, ids: np.ndarray, prompt: Sequence[int], response: Sequence[int], rows: Sequence[int]
-) -> list[LogitAdjustment]:
+) -> np.ndarray:
     """`adjustment(s, V, prompt, [*response, *rows[:j + 1]])` at the sorted token `ids` only, for
-    every row j: [len(ids)] vectors, counting the response once, O(len(response) + len(rows) x
-    len(ids)) whatever the vocabulary. `ids` must hold every row token. Per-row adjustments differ
-    from a shared base only at a few ids (`speculative.RowAdjustments`).
+    every row j: [len(rows), len(ids), 3] values (pos_scale, neg_scale, bias), counting the response
+    once, O(len(response) + len(rows) x len(ids)) whatever the vocabulary. `ids` must hold every row
+    token. Per-row adjustments differ from a shared base only at a few ids (`speculative.RowAdjustments`).
     """
     ids = np.asarray(ids, dtype=np.int64)
     seen, n = np.unique(np.asarray(response, dtype=np.int64), return_counts=True)
     at = np.searchsorted(seen, ids).clip(max=max(len(seen) - 1, 0))
     counts = np.where(seen[at] == ids, n[at], 0) if len(seen) else np.zeros(len(ids), dtype=np.int64)
     inside = thinking(prompt, response, s)
-    out = []
+    out = np.empty((len(rows), len(ids), 3), dtype=np.float32)
     for j, token in enumerate(rows):
         counts[np.searchsorted(ids, token)] += 1
         inside = thinking_after(inside, token, s)
         present = counts > 0
         entries = _entries_of_counts(s, ids[present], counts[present], len(response) + j + 1, inside)
-        out.append(_restrict(ids, *entries))
+        out[j] = _restrict(ids, *entries)
     return out
 
 
-def _restrict(ids: np.ndarray, entry_ids: np.ndarray, values: list[np.ndarray]) -> LogitAdjustment:
-    """The entries' values at the sorted `ids` (identity where an id has no entry)."""
+def _restrict(ids: np.ndarray, entry_ids: np.ndarray, values: list[np.ndarray]) -> np.ndarray:
+    """The entries' values at the sorted `ids`, [len(ids), 3] (the identity's where an id has no entry)."""
+    out = np.tile(np.array([1.0, 1.0, 0.0], dtype=np.float32), (len(ids), 1))
     if not len(ids):
-        return LogitAdjustment.identity(0)
+        return out
     at = np.searchsorted(ids, entry_ids).clip(max=len(ids) - 1)
     found = ids[at] == entry_ids
-    return _scatter(LogitAdjustment.identity(len(ids)), at[found], [v[found] for v in values])
+    out[at[found]] = np.stack(values, axis=1)[found]
+    return out
 
 
 def _entries(
@@ -214,25 +275,21 @@ def _entries_of_counts(
     its length and whether it ends inside a think section."""
     special = [s.mask_token_id, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])]
     ids = np.union1d(seen, special)
-    adj = LogitAdjustment.identity(len(ids))
+    pos_scale, neg_scale = np.ones(len(ids), dtype=np.float32), np.ones(len(ids), dtype=np.float32)
+    bias = np.zeros(len(ids), dtype=np.float32)
     at = np.searchsorted(ids, seen)
-    adj.pos_scale[at] = 1.0 / s.repetition_penalty
-    adj.neg_scale[at] = s.repetition_penalty
-    adj.bias[at] -= s.presence_penalty + s.frequency_penalty * n.astype(np.float32)
+    pos_scale[at] = 1.0 / s.repetition_penalty
+    neg_scale[at] = s.repetition_penalty
+    bias[at] -= s.presence_penalty + s.frequency_penalty * n.astype(np.float32)
     stop_bias = ramp(n_generated, s.max_new_tokens, s.stop_ramp_start, s.stop_ramp_max)
     if stop_bias and s.stop_token_ids:
-        adj.bias[np.searchsorted(ids, s.stop_token_ids)] += stop_bias
+        bias[np.searchsorted(ids, s.stop_token_ids)] += stop_bias
     if s.think_end_id is not None and inside_think:
-        adj.bias[np.searchsorted(ids, s.think_end_id)] += ramp(
+        bias[np.searchsorted(ids, s.think_end_id)] += ramp(
             n_generated, s.max_new_tokens, s.think_ramp_start, s.think_ramp_max
         )
-    adj.bias[np.searchsorted(ids, s.mask_token_id)] = -np.inf  # -inf absorbs every other term
-    return ids, [adj.pos_scale, adj.neg_scale, adj.bias]
-
-
-def _scatter(adj: LogitAdjustment, at: np.ndarray, values: list[np.ndarray]) -> LogitAdjustment:
-    adj.pos_scale[at], adj.neg_scale[at], adj.bias[at] = values
-    return adj
+    bias[np.searchsorted(ids, s.mask_token_id)] = -np.inf  # -inf absorbs every other term
+    return ids, [pos_scale, neg_scale, bias]
 
 
 def block_extent(block: Sequence[int], s: DecodingSettings, remaining: int) -> tuple[int, bool]:

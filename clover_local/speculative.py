@@ -74,19 +74,26 @@ class RowAdjustments:
         """Adjustments of causal rows that append `rows` (response tokens) after `response`."""
         touched = {*rows, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])}
         ids = np.array(sorted(t for t in touched if 0 <= t < vocab_size), dtype=np.int64)
-        per_row = policy.adjustment_rows(s, ids, prompt, response, rows)
-        values = [np.stack([getattr(a, f) for a in per_row]) for f in ("pos_scale", "neg_scale", "bias")]
-        return cls(policy.adjustment(s, vocab_size, prompt, response), ids, *values)
+        values = policy.adjustment_rows(s, ids, prompt, response, rows)
+        return cls(policy.adjustment(s, vocab_size, prompt, response), ids, *values.transpose(2, 0, 1))
 
     def __len__(self) -> int:
         return self.bias.shape[0]
 
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every row's adjustment entries, the same ids for all rows: ids [n] and values [rows, n, 3]
+        (the base's entries outside `ids`, then `ids` with the row's values)."""
+        keep = ~np.isin(self.base.ids, self.ids)
+        ids = np.concatenate([self.base.ids[keep], self.ids])
+        values = np.empty((len(self), len(ids), 3), dtype=np.float32)
+        values[:, : keep.sum()] = self.base.values[keep]
+        values[:, keep.sum() :] = np.stack([self.pos_scale, self.neg_scale, self.bias], axis=2)
+        return ids, values
+
     def row(self, j: int) -> LogitAdjustment:
         """Row j's full adjustment."""
-        b = self.base
-        pos, neg, bias = b.pos_scale.copy(), b.neg_scale.copy(), b.bias.copy()
-        pos[self.ids], neg[self.ids], bias[self.ids] = self.pos_scale[j], self.neg_scale[j], self.bias[j]
-        return LogitAdjustment(pos, neg, bias)
+        ids, values = self.entries()
+        return LogitAdjustment(ids, values[j], self.base.vocab_size)
 
     def last(self) -> LogitAdjustment:
         """The adjustment of the preview rows: the last causal row's (the base when there is none)."""

@@ -46,7 +46,7 @@ def test_each_patch_applies_in_order_to_the_pristine_tree(pristine):
         for check in (["--check"], []):
             res = subprocess.run(["git", "apply", *check, str(p)], cwd=vendor, capture_output=True, text=True)
             assert res.returncode == 0, f"{p.name}: {res.stderr}"
-    assert "llama_clover_preview" in (vendor / "include" / "llama.h").read_text()
+    assert "llama_clover_pass" in (vendor / "include" / "llama.h").read_text()
     assert (vendor / "src" / "models" / "clover-moe.cpp").is_file()
 
 

@@ -50,7 +50,8 @@ def run(model: str, kind: str, prefix: int) -> dict:
     toks = lambda n: [int(t) for t in rng.integers(0, min(V, 248000), size=n)]  # noqa: E731
     block = [mask if i % 2 else t for i, t in enumerate(toks(BLOCK))]
     eng.prefill(toks(prefix), adj)
-    eng.coreset, eng.coreset_size = kind == "preview-c8", 8 if kind == "preview-c8" else 0
+    eng.coreset = kind == "preview-c8"
+    eng.bench_tuning(coreset_size=8 if kind == "preview-c8" else 0)
     batch = ll.llama_batch_init(1, 0, 1)
     p0 = eng.n_past
 

@@ -24,7 +24,7 @@ RESULTS = ROOT / "bench" / "results"
 DOC = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- h200-table:begin -->", "<!-- h200-table:end -->"
 FULL_LAYERS = 40
-DEFAULT_MOE_CHUNK = 0  # clover_local/llama/engine.py MOE_CHUNK_GPU
+DEFAULT_MOE_CHUNK = 0  # the engine dispatches the routed experts at once (no llama_clover_bench_tuning)
 METRICS = (
     "ar_step_ms",
     "causal32_ms",
@@ -125,8 +125,8 @@ def run_entry(t: dict) -> dict:
 
 
 def use_default_chunk(e: dict) -> None:
-    """The engine's passes at its default expert dispatch (llama/engine.py MOE_CHUNK_GPU = 0: one
-    dispatch), so every layer count is fitted at one setting; the others stay in by_moe_chunk."""
+    """The engine's passes at its default expert dispatch (0: one dispatch), so every layer count
+    is fitted at one setting; the others stay in by_moe_chunk."""
     default = (e.get("by_moe_chunk") or {}).get(str(DEFAULT_MOE_CHUNK))
     if default:
         e.update({k: v for k, v in default.items() if k != "ar_step_ms"})

@@ -343,7 +343,9 @@ class LlamaEngine:
         p.all_causal, p.logits = all_causal, logits
         p.coreset, p.coreset_top_p = self.coreset, self.coreset_top_p
         values = np.ascontiguousarray(values, dtype=np.float32)
-        ids = np.ascontiguousarray(np.broadcast_to(np.asarray(ids, dtype=np.int32), values.shape[:2]))
+        ids = np.ascontiguousarray(ids, dtype=np.int32)
+        if len(values) > 1:  # the same ids for every row: [rows][n] as the C API reads them
+            ids = np.ascontiguousarray(np.broadcast_to(ids, values.shape[:2]))
         p.n_adjust, p.n_adjust_rows = values.shape[1], values.shape[0]
         p.adjust_ids, p.adjust_values = ids.ctypes.data, values.ctypes.data
         rc = capi.llama_clover_pass(self.ctx, ctypes.byref(p))

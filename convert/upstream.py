@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from clover_local.checkpoint import CLOVER_GDN_EXTRAS, INDEX_FILE, read_safetensors_header
-from clover_local.llama import source
+from clover_patches import source
 
 COPY_CHUNK = 1 << 28
 

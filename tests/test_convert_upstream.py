@@ -16,7 +16,7 @@ from clover_convert.upstream import as_qwen35moe, convert_command
 from gguf import GGUFReader
 
 from clover_local import gguf_names as gn
-from clover_local.llama.source import SourceError
+from clover_patches.source import SourceError
 
 pytestmark = pytest.mark.reference
 # upstream detects the pre-tokenizer by hashing a test string; this generated vocabulary hashes as

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 
 from clover_local.checkpoint import INDEX_FILE, Checkpoint, expected_shapes
 from clover_local.config import CheckpointConfig, CloverConfig
-from clover_local.llama.source import read_member
+from clover_patches.source import read_member
 from clover_local.testing import make_checkpoint as mc
 from clover_local.testing.safetensors_writer import plan_shards
 from clover_local.testing.tokenizer_files import vocabulary

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from clover_convert.pipeline import Options, convert, prepare
 
-from clover_local.llama import source, unavailable
+from clover_local.llama import unavailable
+from clover_patches import source
 from clover_local.policy import DecodingSettings
 from clover_local.speculative import RowAdjustments
 

@@ -23,13 +23,13 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from . import policy, speculative
-from .config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
 from .decode import Backend, BlockEvent, Event, PassEvent, Result, TokenEvent, generate, generate_ar
-from .model_info import ModelFileError, ModelInfo, read_info
+from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
+from .model.gguf_info import ModelFileError, ModelInfo, read_info
+from .model.tokenizer import THINK_END, THINK_START, CloverTokenizer
 from .policy import DecodingSettings
 from .sampling import GumbelBackend
 from .textstream import CONTENT, REASONING, Delta, TextStream
-from .tokenizer import THINK_END, THINK_START, CloverTokenizer
 
 Mode = Literal["diffusion", "ar", "speculative"]
 MODES = ("diffusion", "ar", "speculative")
@@ -204,8 +204,8 @@ class Clover:
         limit = _context_limit(n_ctx)
         from llama_cpp import _logger
 
-        from .gguf_tokenizer import GgufTokenizer
         from .llama.engine import LlamaEngine
+        from .llama.tokenizer import GgufTokenizer
 
         _logger.set_verbose(verbose)
         engine = LlamaEngine(

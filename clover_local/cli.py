@@ -23,15 +23,15 @@ from clover_convert.cli import convert_command
 from rich.console import Console
 from rich.table import Table
 
-from . import model_source
 from .api import MODES, Clover
 from .bench import run_bench
 from .chat import ChatSession, drain
-from .config import ConfigError
 from .llama.engine import EngineError
-from .model_info import ModelFileError, read_info
+from .model import location
+from .model.config import ConfigError
+from .model.gguf_info import ModelFileError, read_info
+from .model.tokenizer import ChatTemplateError
 from .speculative import SpeculativeSettings
-from .tokenizer import ChatTemplateError
 from .visual import BlockView
 
 app = typer.Typer(
@@ -305,7 +305,7 @@ def load_model(
     adaptive: bool = True,
 ) -> Clover:
     """Resolve MODEL (downloading a Hub GGUF) and load it on the chosen backend."""
-    path = model_source.resolve(model, file)
+    path = location.resolve(model, file)
     if backend is BackendName.reference:
         if not path.is_dir():
             raise ModelFileError(
@@ -454,7 +454,7 @@ def bench(
     speculative) side by side."""
     (loading,) = options
     with user_errors():
-        path = model_source.resolve(model, loading.pop("file"))
+        path = location.resolve(model, loading.pop("file"))
         if loading["backend"] is BackendName.llama and path.is_file():
             # an --ar-only file: no previews to time; else the speculative snapshots, so every mode runs
             diffusion = read_info(path).has_diffusion_tensors

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .config import CONTEXT_LIMIT, GenerationDefaults
+from .model.config import CONTEXT_LIMIT, GenerationDefaults
 
 
 class RequestTooLong(ValueError):

@@ -18,14 +18,14 @@ from pathlib import Path
 import numpy as np
 
 from . import speculative
-from .config import CheckpointConfig
 from .decode import complete, generate_ar, last_result
-from .model_info import read_info
+from .model.config import CheckpointConfig
+from .model.gguf_info import read_info
+from .model.tokenizer import CloverTokenizer
 from .policy import DecodingSettings
 from .reference.backend import NumpyBackend
 from .reference.model import ReferenceModel
 from .speculative import SpeculativeSettings
-from .tokenizer import CloverTokenizer
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from .api import AnyEvent, appended
 from .decode import BlockEvent, PassEvent
-from .tokenizer import THINK_END
+from .model.tokenizer import THINK_END
 
 MASK_GLYPH = "░"
 

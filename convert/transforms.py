@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clover_local.checkpoint import conv_right_taps
-from clover_local.config import CloverConfig
+from clover_local.model.checkpoint import conv_right_taps
+from clover_local.model.config import CloverConfig
 
 Fn = Callable[[np.ndarray, CloverConfig], np.ndarray]
 

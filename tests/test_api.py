@@ -18,14 +18,14 @@ from llama_cpp import Llama, llama_types
 
 from clover_local import llama as llama_runtime
 from clover_local.api import Clover, defaults_from_gguf
-from clover_local.config import CheckpointConfig
 from clover_local.decode import BlockEvent, PassEvent, Result, generate, generate_ar, last_result
-from clover_local.gguf_tokenizer import GgufTokenizer
-from clover_local.model_info import read_info
+from clover_local.llama.tokenizer import GgufTokenizer
+from clover_local.model.config import CheckpointConfig
+from clover_local.model.gguf_info import read_info
+from clover_local.model.tokenizer import THINK_END, THINK_START, CloverTokenizer
 from clover_local.policy import DecodingSettings, RequestTooLong
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel
-from clover_local.tokenizer import THINK_END, THINK_START, CloverTokenizer
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 # the think ramp forces `</think>` after a few tokens, so answers have reasoning and content

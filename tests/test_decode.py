@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from clover_local.config import CheckpointConfig
 from clover_local.decode import BlockEvent, PassEvent, Result, aligned_candidates, complete, generate
+from clover_local.model.config import CheckpointConfig
 from clover_local.policy import DecodingSettings, LogitAdjustment, RequestTooLong, pick
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel

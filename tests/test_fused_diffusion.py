@@ -11,9 +11,9 @@ import pytest
 from test_llama_engine import PROB_RTOL, engine
 from test_llama_speculative import assert_same_state
 
-from clover_local.config import CheckpointConfig
 from clover_local.decode import BlockEvent, PassEvent, Result, generate
 from clover_local.llama import unavailable
+from clover_local.model.config import CheckpointConfig
 from clover_local.policy import DecodingSettings, LogitAdjustment, adjustment, resolved_response
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel

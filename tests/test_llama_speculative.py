@@ -13,9 +13,9 @@ from test_llama_engine import LOG, N_GPU_LAYERS, PROB_RTOL, SAME, engine
 
 from clover_local import speculative
 from clover_local.api import Clover
-from clover_local.config import CheckpointConfig
 from clover_local.decode import generate_ar, last_result
 from clover_local.llama import unavailable
+from clover_local.model.config import CheckpointConfig
 from clover_local.policy import DecodingSettings, LogitAdjustment, distribution, pick
 from clover_local.speculative import RowAdjustments, SpeculativeResult, SpeculativeSettings, Verification
 

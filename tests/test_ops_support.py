@@ -9,9 +9,9 @@ import re
 import numpy as np
 import pytest
 from clover_convert.pipeline import Options, convert, prepare
+from clover_patches import source
 
 from clover_local.llama import unavailable
-from clover_patches import source
 from clover_local.policy import DecodingSettings
 from clover_local.speculative import RowAdjustments
 

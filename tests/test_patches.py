@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from clover_patches import source
 
 PATCHES = Path(__file__).resolve().parent.parent / "patches"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from clover_local import policy
-from clover_local.config import GenerationDefaults
+from clover_local.model.config import GenerationDefaults
 from clover_local.policy import DecodingSettings, LogitAdjustment, RequestTooLong
 
 MASK = 99

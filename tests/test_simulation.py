@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from clover_local import simulation, speculative
-from clover_local.config import CheckpointConfig
+from clover_local.model.config import CheckpointConfig
 from clover_local.policy import DecodingSettings
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel

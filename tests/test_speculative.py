@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from clover_local import policy, speculative
-from clover_local.config import CheckpointConfig
 from clover_local.decode import TokenEvent, generate_ar, last_result
+from clover_local.model.config import CheckpointConfig
 from clover_local.policy import DecodingSettings, LogitAdjustment
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel, State

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..config import CloverConfig
+from ..model.config import CloverConfig
 from .ops import rms_norm, sigmoid, softmax
 
 Weights = Callable[[str], np.ndarray]

@@ -15,10 +15,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from ..config import CheckpointConfig
 from ..decode import BlockEvent, PassEvent, Result, generate
+from ..model.config import CheckpointConfig
+from ..model.tokenizer import THINK_END, THINK_START, CloverTokenizer
 from ..policy import DecodingSettings
-from ..tokenizer import THINK_END, THINK_START, CloverTokenizer
 from .backend import NumpyBackend
 from .model import ReferenceModel
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..checkpoint import conv_right_taps
-from ..config import CloverConfig
+from ..model.checkpoint import conv_right_taps
+from ..model.config import CloverConfig
 from .ops import gated_rms_norm, l2norm, sigmoid, silu, softmax, softplus
 
 Weights = Callable[[str], np.ndarray]

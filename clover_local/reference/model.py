@@ -20,8 +20,8 @@ from typing import Protocol
 
 import numpy as np
 
-from ..checkpoint import Checkpoint
-from ..config import CloverConfig
+from ..model.checkpoint import Checkpoint
+from ..model.config import CloverConfig
 from .attention import attention
 from .gdn import gdn
 from .moe import moe

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..config import CloverConfig
+from ..model.config import CloverConfig
 from .ops import sigmoid, silu, softmax
 
 Weights = Callable[[str], np.ndarray]

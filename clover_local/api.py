@@ -23,7 +23,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from . import policy, speculative
-from .decode import Backend, BlockEvent, Event, PassEvent, Result, TokenEvent, generate, generate_ar
+from .backend import Backend
+from .decode import BlockEvent, Event, PassEvent, Result, TokenEvent, generate, generate_ar
 from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
 from .model.gguf_info import ModelFileError, ModelInfo, read_info
 from .model.tokenizer import THINK_END, THINK_START, CloverTokenizer
@@ -175,7 +176,7 @@ class Clover:
 
     `Clover(path)` runs a GGUF through the patched llama.cpp. `from_checkpoint` runs a Hugging Face
     checkpoint directory on the numpy reference (exact but slow: for checking a conversion and for
-    tests), and `from_backend` wraps any `decode.Backend` plus a tokenizer.
+    tests), and `from_backend` wraps any `backend.Backend` plus a tokenizer.
     """
 
     def __init__(

@@ -14,52 +14,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
 from . import policy
-from .policy import DecodingSettings, LogitAdjustment
-
-
-class Backend(Protocol):
-    """What a model runtime must offer the loop; every answer is O(block) numbers.
-
-    Each method runs one pass and returns, per requested row, the argmax token after the logit
-    adjustment and its probability (`policy.pick`). Rows are the pass's input positions; row i's
-    hidden state predicts position i + 1 (the loop does the alignment, `aligned_candidates`).
-    """
-
-    vocab_size: int
-
-    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        """Start a new sequence with a causal pass over `tokens`; the last row's pick."""
-        ...
-
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
-        """Denoising pass over the block after the committed prefix, state untouched; all rows' picks."""
-        ...
-
-    def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        """Causal pass appending `tokens` to the sequence; the last row's pick."""
-        ...
-
-
-class FusedBackend(Backend, Protocol):
-    """A `Backend` that can also run a block's commit and the next block's first preview as one pass.
-
-    Every block ends with a commit, and unless the request ends there, the next block starts with a
-    preview over the state that commit leaves, under the same adjustment (nothing new is resolved in
-    between). Fusing them runs one graph per block instead of two (the passes are small, so a
-    graph's fixed cost, its dispatch and the layers' weight reads, is much of a pass's cost).
-    `generate` uses it when the backend has it; the trace is the unfused loop's.
-    """
-
-    def commit_and_preview(
-        self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
-    ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
-        """`commit(tokens, adj)`, then `preview(block, adj)` over the state it leaves; both answers."""
-        ...
+from .backend import Backend
+from .policy import DecodingSettings
 
 
 @dataclass(frozen=True)

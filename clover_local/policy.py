@@ -14,49 +14,12 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from .backend import LogitAdjustment, RowAdjustments
 from .model.config import CONTEXT_LIMIT, GenerationDefaults
 
 
 class RequestTooLong(ValueError):
     """A request cannot fit the model's context (prompt + room to finish the last block)."""
-
-
-@dataclass(frozen=True)
-class LogitAdjustment:
-    """Per-vocab vectors of `l' = max(l,0) * pos_scale + min(l,0) * neg_scale + bias`."""
-
-    pos_scale: np.ndarray
-    neg_scale: np.ndarray
-    bias: np.ndarray
-
-    @classmethod
-    def identity(cls, vocab_size: int) -> LogitAdjustment:
-        ones = np.ones(vocab_size, dtype=np.float32)
-        return cls(ones, ones.copy(), np.zeros(vocab_size, dtype=np.float32))
-
-
-def adjust_logits(logits: np.ndarray, adj: LogitAdjustment) -> np.ndarray:
-    """Apply the adjustment to logits [..., V]; the same formula runs in the llama.cpp graph."""
-    return np.maximum(logits, 0) * adj.pos_scale + np.minimum(logits, 0) * adj.neg_scale + adj.bias
-
-
-def pick(logits: np.ndarray, adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of logits [T, V]: the argmax token after adjustment and its softmax probability."""
-    adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj)
-    tokens = adjusted.argmax(axis=-1)
-    top = np.take_along_axis(adjusted, tokens[:, None], axis=-1)
-    probs = 1.0 / np.exp(adjusted - top).sum(axis=-1)
-    return tokens, probs
-
-
-def distribution(logits: np.ndarray, adj: LogitAdjustment, temperature: float) -> np.ndarray:
-    """Sampling distributions [..., V]: softmax of the adjusted logits / temperature (> 0).
-
-    What a sampled mode draws from; the same adjustment as `pick`, so greedy is its limit at 0.
-    """
-    adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj) / temperature
-    e = np.exp(adjusted - adjusted.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 @dataclass(frozen=True)
@@ -172,7 +135,7 @@ def adjustment_rows(
     """`adjustment(s, V, prompt, [*response, *rows[:j + 1]])` at the sorted token `ids` only, for
     every row j: [len(ids)] vectors, counting the response once, O(len(response) + len(rows) x
     len(ids)) whatever the vocabulary. `ids` must hold every row token. Per-row adjustments differ
-    from a shared base only at a few ids (`speculative.RowAdjustments`).
+    from a shared base only at a few ids (`backend.RowAdjustments`, `row_adjustments`).
     """
     ids = np.asarray(ids, dtype=np.int64)
     seen, n = np.unique(np.asarray(response, dtype=np.int64), return_counts=True)
@@ -187,6 +150,21 @@ def adjustment_rows(
         entries = _entries_of_counts(s, ids[present], counts[present], len(response) + j + 1, inside)
         out.append(_restrict(ids, *entries))
     return out
+
+
+def row_adjustments(
+    s: DecodingSettings,
+    vocab_size: int,
+    prompt: Sequence[int],
+    response: Sequence[int],
+    rows: Sequence[int],
+) -> RowAdjustments:
+    """Adjustments of causal rows that append `rows` (response tokens) after `response`."""
+    touched = {*rows, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])}
+    ids = np.array(sorted(t for t in touched if 0 <= t < vocab_size), dtype=np.int64)
+    per_row = adjustment_rows(s, ids, prompt, response, rows)
+    values = [np.stack([getattr(a, f) for a in per_row]) for f in ("pos_scale", "neg_scale", "bias")]
+    return RowAdjustments(adjustment(s, vocab_size, prompt, response), ids, *values)
 
 
 def _restrict(ids: np.ndarray, entry_ids: np.ndarray, values: list[np.ndarray]) -> LogitAdjustment:

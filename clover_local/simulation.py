@@ -18,21 +18,22 @@ from typing import Any
 import numpy as np
 
 from . import decode, speculative
-from .policy import DecodingSettings, LogitAdjustment
-from .speculative import RowAdjustments, SpeculativeSettings, Verification
+from .backend import Backend, LogitAdjustment, RowAdjustments, SpeculativeBackend, Verification
+from .policy import DecodingSettings
+from .speculative import SpeculativeSettings
 
 SIMULATION_LABEL = "labelled simulation: random weights, acceptance fixed per pass (not a model's output)"
 
 
 class FixedFill:
-    """A `decode.Backend` whose previews are sure of exactly the first `k` masked positions.
+    """A `backend.Backend` whose previews are sure of exactly the first `k` masked positions.
 
     Candidates keep the model's tokens; only the probabilities change: 1 for the chosen
     positions, 0 elsewhere, after the loop's alignment (`decode.aligned_candidates`: with logit
     shift 1, position 0 takes the anchor's probability, so anchors report 1).
     """
 
-    def __init__(self, inner: decode.Backend, k: int, s: DecodingSettings):
+    def __init__(self, inner: Backend, k: int, s: DecodingSettings):
         if k < 1 or not 0 < s.threshold <= 1:
             raise ValueError("a fill simulation needs k >= 1 and a threshold in (0, 1]")
         self.inner, self.k, self.s = inner, k, s
@@ -65,14 +66,14 @@ class FixedFill:
 
 
 class FixedAccept:
-    """A `speculative.SpeculativeBackend` whose verifier agrees with exactly `a` drafted tokens.
+    """A `backend.SpeculativeBackend` whose verifier agrees with exactly `a` drafted tokens.
 
     The verifier's picks for the first `a` drafted positions are replaced by the drafted tokens
     and the next pick is made to differ; the drafts' confidences read 1 (no threshold cut).
     Greedy only: a sampled run's acceptance is decided by the distributions.
     """
 
-    def __init__(self, inner: speculative.SpeculativeBackend, a: int):
+    def __init__(self, inner: SpeculativeBackend, a: int):
         if a < 0:
             raise ValueError("a must be >= 0")
         self.inner, self.a = inner, a
@@ -116,7 +117,7 @@ def _speed(result: decode.Result, passes: int) -> dict[str, Any]:
     }
 
 
-def diffusion(backend: decode.Backend, prompt: Sequence[int], s: DecodingSettings, k: int) -> dict[str, Any]:
+def diffusion(backend: Backend, prompt: Sequence[int], s: DecodingSettings, k: int) -> dict[str, Any]:
     """Block diffusion resolving exactly `k` tokens per preview pass (no stop tokens)."""
     s = dataclasses.replace(s, stop_token_ids=())
     result = decode.complete(FixedFill(backend, k, s), prompt, s)
@@ -124,7 +125,7 @@ def diffusion(backend: decode.Backend, prompt: Sequence[int], s: DecodingSetting
 
 
 def self_speculative(
-    backend: speculative.SpeculativeBackend,
+    backend: SpeculativeBackend,
     prompt: Sequence[int],
     s: DecodingSettings,
     a: int,

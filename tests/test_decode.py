@@ -7,9 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from clover_local.backend import LogitAdjustment, pick
 from clover_local.decode import BlockEvent, PassEvent, Result, aligned_candidates, complete, generate
 from clover_local.model.config import CheckpointConfig
-from clover_local.policy import DecodingSettings, LogitAdjustment, RequestTooLong, pick
+from clover_local.policy import DecodingSettings, RequestTooLong
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel
 

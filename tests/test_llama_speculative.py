@@ -13,11 +13,12 @@ from test_llama_engine import LOG, N_GPU_LAYERS, PROB_RTOL, SAME, engine
 
 from clover_local import speculative
 from clover_local.api import Clover
+from clover_local.backend import LogitAdjustment, RowAdjustments, Verification, distribution, pick
 from clover_local.decode import generate_ar, last_result
 from clover_local.llama import unavailable
 from clover_local.model.config import CheckpointConfig
-from clover_local.policy import DecodingSettings, LogitAdjustment, distribution, pick
-from clover_local.speculative import RowAdjustments, SpeculativeResult, SpeculativeSettings, Verification
+from clover_local.policy import DecodingSettings, row_adjustments
+from clover_local.speculative import SpeculativeResult, SpeculativeSettings
 
 SKIP = unavailable()
 pytestmark = [pytest.mark.llama, pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
@@ -153,7 +154,7 @@ def test_the_fused_pass_equals_a_commit_then_a_preview(gguf, temperature, top_p)
     s = settings(mask, 8, 24, stop_token_ids=(476,), stop_ramp_start=0.0, stop_ramp_max=10.0)
     coreset = {"coreset": top_p < 1, "coreset_top_p": top_p}
     with engine(path, speculative=True, **coreset) as fused, engine(path, **coreset) as ref:
-        adjs = RowAdjustments.for_rows(s, fused.vocab_size, prompt, [3, 17], rows)
+        adjs = row_adjustments(s, fused.vocab_size, prompt, [3, 17], rows)
         assert len(adjs.ids) and not np.array_equal(adjs.bias[0], adjs.bias[-1])  # rows differ
         ident = LogitAdjustment.identity(fused.vocab_size)
         block = [mask] * 6

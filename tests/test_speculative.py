@@ -13,18 +13,17 @@ import numpy as np
 import pytest
 
 from clover_local import policy, speculative
+from clover_local.backend import LogitAdjustment, RowAdjustments, Verification, distribution, pick
 from clover_local.decode import TokenEvent, generate_ar, last_result
 from clover_local.model.config import CheckpointConfig
-from clover_local.policy import DecodingSettings, LogitAdjustment
+from clover_local.policy import DecodingSettings
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel, State
 from clover_local.speculative import (
     DraftLength,
     IterationEvent,
-    RowAdjustments,
     SpeculativeResult,
     SpeculativeSettings,
-    Verification,
 )
 
 PROMPTS = {
@@ -93,7 +92,7 @@ def test_ar_is_the_one_token_causal_greedy_loop(model, mask_id):
     state, expected, logits = model.new_state(), [], None
     logits = model.commit(prompt, state)[-1]
     for _ in range(12):
-        expected.append(int(policy.pick(logits[None], policy.adjustment(s, 512, prompt, expected))[0][0]))
+        expected.append(int(pick(logits[None], policy.adjustment(s, 512, prompt, expected))[0][0]))
         logits = model.commit(expected[-1:], state)[-1]
     assert result.tokens == tuple(expected) and result.finish_reason == "length"
     assert [e.token for e in events if isinstance(e, TokenEvent)] == expected
@@ -132,7 +131,7 @@ def test_row_adjustments_equal_each_rows_full_adjustment():
     )
     prompt, response = [5, think_start], [7, 8, 7]
     rows = [8, 12, think_end, 12, 1]  # repeats, leaves the think section, reaches a stop token
-    adjs = RowAdjustments.for_rows(s, 100, prompt, response, rows)
+    adjs = policy.row_adjustments(s, 100, prompt, response, rows)
     assert len(adjs) == len(rows) and adjs.ids.size <= len(set(rows)) + 3
     for j in range(len(rows)):
         full = policy.adjustment(s, 100, prompt, [*response, *rows[: j + 1]])
@@ -196,7 +195,7 @@ def test_the_verified_draft_is_the_preview_over_the_accepted_state(model, mask_i
         if e.draft:
             before = full[: e.position]
             adj = policy.adjustment(s, 512, prompt, before[len(prompt) :])
-            rows = policy.pick(model.preview([mask_id] * 8, fresh_state(model, before)), adj)[0]
+            rows = pick(model.preview([mask_id] * 8, fresh_state(model, before)), adj)[0]
             assert list(e.draft) == rows[: len(e.draft)].tolist()
             checked += 1
     assert checked >= 4
@@ -363,20 +362,20 @@ class Bigram:
 
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         self.seq = list(tokens)
-        t, p = policy.pick(self.causal[self.seq[-1:]], adj)
+        t, p = pick(self.causal[self.seq[-1:]], adj)
         return int(t[0]), float(p[0])
 
     def verify_and_draft(self, tokens, adjs, preview, temperature=0.0) -> Verification:
         self.seq += list(tokens)
         causal = self.causal[list(tokens)]
         ahead = self.draft[self.seq[-1], : len(preview)]
-        picks = [policy.pick(causal[j : j + 1], adjs.row(j)) for j in range(len(tokens))]
+        picks = [pick(causal[j : j + 1], adjs.row(j)) for j in range(len(tokens))]
         return Verification(
             np.array([t[0] for t, _ in picks], dtype=np.int64),
             np.array([p[0] for _, p in picks]),
-            *policy.pick(ahead, adjs.last()),
-            np.array([policy.distribution(causal[j], adjs.row(j), temperature) for j in range(len(tokens))]),
-            policy.distribution(ahead, adjs.last(), temperature),
+            *pick(ahead, adjs.last()),
+            np.array([distribution(causal[j], adjs.row(j), temperature) for j in range(len(tokens))]),
+            distribution(ahead, adjs.last(), temperature),
         )
 
     def rollback(self, n_keep: int) -> None:
@@ -391,7 +390,7 @@ def exact_ar(step, prompt: list[int], s: DecodingSettings, vocab: int, temperatu
         nxt: dict[tuple[int, ...], float] = {}
         for seq, mass in out.items():
             adj = policy.adjustment(s, vocab, prompt, list(seq))
-            dist = policy.distribution(step(prompt + list(seq)), adj, temperature)
+            dist = distribution(step(prompt + list(seq)), adj, temperature)
             for t in np.flatnonzero(dist > 1e-6 / mass):
                 nxt[(*seq, int(t))] = mass * float(dist[t])
         out = nxt
@@ -450,7 +449,7 @@ def test_sampled_speculative_has_the_ar_distribution_on_a_bigram_model():
     assert total_variation(counts, expected, n_runs) < ar_total_variation_bound(expected, n_runs)
     # the bound can fail: the first pass's drafts (rows over the prompt) taken unchecked are far off
     first = policy.adjustment(s, V, prompt, [])
-    p1, q = policy.distribution(causal[0], first, 1.0), policy.distribution(draft[0, :2], first, 1.0)
+    p1, q = distribution(causal[0], first, 1.0), distribution(draft[0, :2], first, 1.0)
     unchecked = Counter({(a, b, c): p1[a] * q[0, b] * q[1, c] for a, b, c in product(range(V), repeat=3)})
     assert total_variation(unchecked, expected, 1) > 0.25
 

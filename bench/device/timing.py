@@ -245,7 +245,7 @@ def device_bandwidth() -> tuple[float, str]:
 
 def engine_passes(eng, args, rng, adj, mask: int) -> dict:
     """One set of pass timings at the engine's current settings (`moe_chunk`)."""
-    from clover_local.speculative import RowAdjustments
+    from clover_local.backend import RowAdjustments
 
     V = eng.vocab_size
     toks = lambda n: [int(t) for t in rng.integers(0, min(V, 248000), size=n)]  # noqa: E731
@@ -298,9 +298,10 @@ def run_engine(path: str, args, rng, res: dict) -> None:
     skipped = res.setdefault("skipped", {})
     try:
         from clover_local import decode, simulation
+        from clover_local.backend import LogitAdjustment
         from clover_local.llama import capi
         from clover_local.llama.engine import LlamaEngine
-        from clover_local.policy import DecodingSettings, LogitAdjustment
+        from clover_local.policy import DecodingSettings
     except Exception as e:
         skipped["engine"] = f"clover_local.llama.engine does not import: {e}"
         return

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import policy, speculative
 from .backend import Backend
-from .decode import BlockEvent, Event, PassEvent, Result, TokenEvent, generate, generate_ar
+from .loops import BlockEvent, Event, PassEvent, Result, TokenEvent, ar_loop, diffusion_loop
 from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
 from .model.gguf_info import ModelFileError, ModelInfo, read_info
 from .model.tokenizer import THINK_END, THINK_START, CloverTokenizer
@@ -374,13 +374,13 @@ class Clover:
             backend = self.backend
             if temperature > 0:
                 backend = GumbelBackend(backend, temperature, np.random.default_rng(seed))
-            return generate_ar(backend, tokens, s)
+            return ar_loop(backend, tokens, s)
         if self.mode == "speculative":
             if not hasattr(self.backend, "verify_and_draft"):
                 raise ValueError("this backend cannot run the speculative mode (no verify_and_draft pass)")
             spec = replace(self.draft, temperature=temperature, seed=seed)
-            return speculative.generate(self.backend, tokens, s, spec)
-        return generate(self.backend, tokens, s)
+            return speculative.speculative_loop(self.backend, tokens, s, spec)
+        return diffusion_loop(self.backend, tokens, s)
 
     def _run(
         self,

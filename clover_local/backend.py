@@ -84,7 +84,7 @@ class FusedBackend(Backend, Protocol):
     preview over the state that commit leaves, under the same adjustment (nothing new is resolved in
     between). Fusing them runs one graph per block instead of two (the passes are small, so a
     graph's fixed cost, its dispatch and the layers' weight reads, is much of a pass's cost).
-    `generate` uses it when the backend has it; the trace is the unfused loop's.
+    `loops.diffusion_loop` uses it when the backend has it; the trace is the unfused loop's.
     """
 
     def commit_and_preview(

@@ -116,11 +116,11 @@ def verify(
     commit, and a short greedy block-diffusion generation. Exits 1 past the file type's tolerance
     (F32/F16/BF16: logits; quantized types: token agreement of the generation).
     """
-    from .verify import verify as run_verify
+    from .conversion_check import check_conversion
 
     with user_errors():
         read_info(model)
-        report = run_verify(
+        report = check_conversion(
             model, reference, prompt, max_new_tokens=max_tokens, n_gpu_layers=n_gpu_layers, n_threads=threads
         )
     if as_json:

@@ -2,8 +2,8 @@
 
 Random weights never reach the confidence threshold (a preview resolves one token) and their
 drafts never agree with the verifier, so the engine's speed at a trained model's acceptance
-cannot be seen on them. These wrappers run the unchanged `decode.generate` and
-`speculative.generate` loops on a real backend and rewrite only what decides acceptance: the
+cannot be seen on them. These wrappers run the unchanged `loops.diffusion_loop` and
+`speculative.speculative_loop` loops on a real backend and rewrite only what decides acceptance: the
 confidences of a preview (exactly `k` masked positions per pass are sure) or the verifier's picks
 (exactly `a` drafted tokens agree). Every pass, fused pass, rollback and host step of a real run
 happens; the tokens are the random model's. Results carry `SIMULATION_LABEL` wherever reported.
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from . import decode, speculative
+from . import loops, speculative
 from .backend import Backend, LogitAdjustment, RowAdjustments, SpeculativeBackend, Verification
 from .policy import DecodingSettings
 from .speculative import SpeculativeSettings
@@ -29,7 +29,7 @@ class FixedFill:
     """A `backend.Backend` whose previews are sure of exactly the first `k` masked positions.
 
     Candidates keep the model's tokens; only the probabilities change: 1 for the chosen
-    positions, 0 elsewhere, after the loop's alignment (`decode.aligned_candidates`: with logit
+    positions, 0 elsewhere, after the loop's alignment (`loops.aligned_candidates`: with logit
     shift 1, position 0 takes the anchor's probability, so anchors report 1).
     """
 
@@ -106,7 +106,7 @@ class FixedAccept:
         return dataclasses.replace(v, tokens=picks, draft_probs=np.ones_like(v.draft_probs))
 
 
-def _speed(result: decode.Result, passes: int) -> dict[str, Any]:
+def _speed(result: loops.Result, passes: int) -> dict[str, Any]:
     n = len(result.tokens)
     return {
         "tokens": n,
@@ -120,7 +120,7 @@ def _speed(result: decode.Result, passes: int) -> dict[str, Any]:
 def diffusion(backend: Backend, prompt: Sequence[int], s: DecodingSettings, k: int) -> dict[str, Any]:
     """Block diffusion resolving exactly `k` tokens per preview pass (no stop tokens)."""
     s = dataclasses.replace(s, stop_token_ids=())
-    result = decode.complete(FixedFill(backend, k, s), prompt, s)
+    result = loops.complete(FixedFill(backend, k, s), prompt, s)
     return _speed(result, sum(result.passes_per_block))
 
 
@@ -135,7 +135,7 @@ def self_speculative(
     drafted), the draft length adapting as in a real run (no stop tokens)."""
     s = dataclasses.replace(s, stop_token_ids=())
     spec = dataclasses.replace(spec or SpeculativeSettings(), temperature=0.0)
-    result = decode.last_result(speculative.generate(FixedAccept(backend, a), prompt, s, spec))
+    result = loops.last_result(speculative.speculative_loop(FixedAccept(backend, a), prompt, s, spec))
     assert isinstance(result, speculative.SpeculativeResult)
     out = _speed(result, len(result.accepted))
     out["mean_draft_length"] = float(np.mean(result.draft_lengths)) if result.draft_lengths else 0.0

@@ -22,7 +22,7 @@ ran over a state holding the rejected rows, so it is discarded and the next iter
 the bonus alone and drafts in the same pass: no extra pass and never a stale draft.
 
 Stops and budget: one policy (`policy`) for every mode. Row j's adjustment counts the response
-plus rows[:j+1] (`RowAdjustments`), exactly as `decode.generate_ar`'s step would; a draft is cut
+plus rows[:j+1] (`RowAdjustments`), exactly as `loops.ar_loop`'s step would; a draft is cut
 after its first stop token and to the remaining budget, and every returned token is committed.
 """
 
@@ -36,7 +36,7 @@ import numpy as np
 
 from . import policy
 from .backend import LogitAdjustment, RowAdjustments, SpeculativeBackend, Verification
-from .decode import Result
+from .loops import Result
 from .policy import DecodingSettings
 
 
@@ -217,19 +217,19 @@ def _accept(v: Verification, draft: _Draft, rng: np.random.Generator) -> tuple[i
 
 
 def _ar_step(backend: SpeculativeBackend, token: int, adj: LogitAdjustment) -> Verification:
-    """A greedy iteration without draft or preview, as `decode.generate_ar` runs it: one `commit`."""
+    """A greedy iteration without draft or preview, as `loops.ar_loop` runs it: one `commit`."""
     pick, prob = backend.commit([token], adj)
     return Verification(np.array([pick]), np.array([prob]), np.zeros(0, dtype=np.int64), np.zeros(0))
 
 
-def generate(
+def speculative_loop(
     backend: SpeculativeBackend,
     prompt: Sequence[int],
     s: DecodingSettings,
     spec: SpeculativeSettings | None = None,
 ) -> Iterator[IterationEvent | SpeculativeResult]:
     """Run one request in the `speculative` mode; yields an `IterationEvent` per iteration, then the
-    `SpeculativeResult`. Greedy output equals `decode.generate_ar`'s; sampled output has its
+    `SpeculativeResult`. Greedy output equals `loops.ar_loop`'s; sampled output has its
     distribution. Afterwards the state holds the prompt followed by `Result.tokens`.
     """
     spec = spec or SpeculativeSettings()

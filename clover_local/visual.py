@@ -15,7 +15,7 @@ from rich.live import Live
 from rich.text import Text
 
 from .api import AnyEvent, appended
-from .decode import BlockEvent, PassEvent
+from .loops import BlockEvent, PassEvent
 from .model.tokenizer import THINK_END
 
 MASK_GLYPH = "░"

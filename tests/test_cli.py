@@ -13,7 +13,7 @@ import pytest
 from gguf import GGUFWriter
 
 from clover_local import llama
-from clover_local.decode import generate, last_result
+from clover_local.loops import diffusion_loop, last_result
 from clover_local.model.config import CheckpointConfig
 from clover_local.model.gguf_info import ModelFileError
 from clover_local.model.location import HubFile, parse_spec, pick_files
@@ -57,7 +57,7 @@ def reference_run(ckpt: Path, ids: list[int], **kw: object):
         think_end_id=tok.token_id(THINK_END),
         **kw,
     )
-    return last_result(generate(NumpyBackend(ReferenceModel.from_checkpoint(ckpt)), ids, s)), s
+    return last_result(diffusion_loop(NumpyBackend(ReferenceModel.from_checkpoint(ckpt)), ids, s)), s
 
 
 def one_error_line(res: subprocess.CompletedProcess[str], code: int = 1) -> str:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from clover_local.backend import LogitAdjustment, pick
-from clover_local.decode import complete
 from clover_local.llama import unavailable
+from clover_local.loops import complete
 from clover_local.model.config import CheckpointConfig
 from clover_local.policy import DecodingSettings
 from clover_local.reference.backend import NumpyBackend

@@ -14,8 +14,8 @@ from test_llama_engine import LOG, N_GPU_LAYERS, PROB_RTOL, SAME, engine
 from clover_local import speculative
 from clover_local.api import Clover
 from clover_local.backend import LogitAdjustment, RowAdjustments, Verification, distribution, pick
-from clover_local.decode import generate_ar, last_result
 from clover_local.llama import unavailable
+from clover_local.loops import ar_loop, last_result
 from clover_local.model.config import CheckpointConfig
 from clover_local.policy import DecodingSettings, row_adjustments
 from clover_local.speculative import SpeculativeResult, SpeculativeSettings
@@ -81,7 +81,7 @@ def settings(mask: int, block_size: int, max_new_tokens: int, **kw) -> DecodingS
 
 
 def run_spec(backend, prompt, s, spec: SpeculativeSettings) -> SpeculativeResult:
-    result = last_result(speculative.generate(backend, prompt, s, spec))
+    result = last_result(speculative.speculative_loop(backend, prompt, s, spec))
     assert isinstance(result, SpeculativeResult)
     return result
 
@@ -112,7 +112,7 @@ def test_greedy_speculative_equals_ar_on_the_gguf(
 ):
     mask = gguf[1]
     prompt, s = PROMPTS[prompt_name], settings(mask, block_size, 24, stop_token_ids=())
-    ar = last_result(generate_ar(ar_engine, prompt, s))
+    ar = last_result(ar_loop(ar_engine, prompt, s))
     backend = spec_engine
     if drafts == "prophet":
         backend = Prophet(spec_engine, prompt + list(ar.tokens), {len(prompt) + i for i in (3, 4, 13)})
@@ -129,10 +129,10 @@ def test_stops_and_budget_inside_a_draft_end_the_response_as_ar(
 ):
     mask = gguf[1]
     prompt = PROMPTS["long"]
-    free = last_result(generate_ar(ar_engine, prompt, settings(mask, 8, 24, stop_token_ids=())))
+    free = last_result(ar_loop(ar_engine, prompt, settings(mask, 8, 24, stop_token_ids=())))
     stops = () if stop_at is None else (free.tokens[stop_at],)
     s = settings(mask, 8, budget, stop_token_ids=stops)
-    ar = last_result(generate_ar(ar_engine, prompt, s))
+    ar = last_result(ar_loop(ar_engine, prompt, s))
     assert ar.finish_reason == ("length" if stop_at is None else "stop")
     backend = Prophet(spec_engine, prompt + list(free.tokens), set())
     result = run_spec(backend, prompt, s, SpeculativeSettings(adaptive=False))

@@ -41,7 +41,9 @@ def test_diffusion_resolves_exactly_k_per_pass(backend, mask_id, k, shift):
 def test_speculative_accepts_exactly_a_when_more_are_drafted(backend, mask_id, a):
     s = DecodingSettings(mask_token_id=mask_id, block_size=8, max_new_tokens=80)
     events = list(
-        speculative.generate(simulation.FixedAccept(backend, a), PROMPT, s, speculative.SpeculativeSettings())
+        speculative.speculative_loop(
+            simulation.FixedAccept(backend, a), PROMPT, s, speculative.SpeculativeSettings()
+        )
     )
     iterations = [e for e in events if isinstance(e, speculative.IterationEvent)]
     assert all(e.accepted == min(a, len(e.draft)) for e in iterations)
@@ -78,7 +80,7 @@ def test_draftless_iterations_run_the_ar_step(backend, mask_id):
 
     s = DecodingSettings(mask_token_id=mask_id, block_size=8, max_new_tokens=120)
     result = simulation.decode.last_result(
-        speculative.generate(Counting(backend, 0), PROMPT, s, speculative.SpeculativeSettings())
+        speculative.speculative_loop(Counting(backend, 0), PROMPT, s, speculative.SpeculativeSettings())
     )
     assert len(result.tokens) == 120
     assert calls["commit"] > 100 and calls["verify_and_draft"] < 10, calls

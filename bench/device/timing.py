@@ -297,7 +297,7 @@ def run_engine(path: str, args, rng, res: dict) -> None:
     setting, then the labelled simulations through the real loops at the faster setting."""
     skipped = res.setdefault("skipped", {})
     try:
-        from clover_local import decode, simulation
+        from clover_local import loops, simulation
         from clover_local.backend import LogitAdjustment
         from clover_local.llama import capi
         from clover_local.llama.engine import LlamaEngine
@@ -353,13 +353,13 @@ def run_engine(path: str, args, rng, res: dict) -> None:
         if args.no_sim:
             skipped["simulation"] = "--no-sim"
             return
-        # labelled simulations through the real loops (decode.generate, speculative.generate)
+        # labelled simulations through the real loops (loops.diffusion_loop, speculative.generate)
         eng.moe_chunk = int(best)
         s = DecodingSettings(
             mask_token_id=mask, block_size=BLOCK, max_new_tokens=args.sim_tokens, context_limit=args.n_ctx
         )
         t0 = time.perf_counter()
-        ar = decode.last_result(decode.generate_ar(eng, prompt, s))
+        ar = loops.last_result(loops.ar_loop(eng, prompt, s))
         res["ar_loop_tok_s"] = ar.tokens_per_second
         log(f"ar loop: {ar.tokens_per_second:.1f} tok/s ({time.perf_counter() - t0:.1f} s)")
         res["simulation_label"] = simulation.SIMULATION_LABEL

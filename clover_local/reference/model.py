@@ -121,7 +121,7 @@ class ReferenceModel:
         """Denoising pass over a block (CLOVER.md 2.2): logits [B, V]; `state` is left untouched.
 
         Row i holds the hidden state of position n_past + i; which position it predicts is the
-        decoder's business (`decode.aligned_candidates`).
+        decoder's business (`loops.aligned_candidates`).
         """
         logits, _ = self._forward(block, state, preview=True, record=record)
         return logits

@@ -2,7 +2,7 @@
 
 A request is one prefill, then per block of `block_size` positions: previews until every needed
 position is resolved (`policy.fill_positions`), then one commit. The API, streaming, the visual
-trace and the benchmark all consume `generate`; `complete` just runs it to the end.
+trace and the benchmark all consume `diffusion_loop`; `complete` just runs it to the end.
 
 Which tokens get committed: exactly the tokens returned. A block cut by a stop token or by the
 budget is committed up to its cut (stop token included), so after a request the backend's state
@@ -91,7 +91,7 @@ def aligned_candidates(
     return np.concatenate([[anchor[0]], tokens[:-1]]), np.concatenate([[anchor[1]], probs[:-1]])
 
 
-def generate(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Iterator[Event]:
+def diffusion_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Iterator[Event]:
     """Run one request; yields a `PassEvent` per preview, a `BlockEvent` per block, then the `Result`.
 
     With a `FusedBackend`, a block's commit runs with the next block's first preview
@@ -163,12 +163,10 @@ def generate(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> It
     )
 
 
-def generate_ar(
-    backend: Backend, prompt: Sequence[int], s: DecodingSettings
-) -> Iterator[TokenEvent | Result]:
+def ar_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Iterator[TokenEvent | Result]:
     """The `ar` mode: greedy one-token causal steps; yields a `TokenEvent` per token, then the `Result`.
 
-    The left-to-right baseline and the oracle of `speculative`. Same policy as `generate`: each
+    The left-to-right baseline and the oracle of `speculative`. Same policy as `diffusion_loop`: each
     step's adjustment counts the response so far, a stop token ends the response (included), the
     budget cuts it, `check_length` applies unchanged; every returned token is committed, so the
     state then holds the prompt followed by `Result.tokens` (the last commit's pick goes unused).
@@ -201,7 +199,7 @@ def generate_ar(
 
 
 def last_result(events: Iterable[object]) -> Result:
-    """Consume a mode's event stream (`generate`, `generate_ar`, `speculative.generate`); its `Result`."""
+    """Consume a mode's event stream (`diffusion_loop`, `ar_loop`, `speculative_loop`); its `Result`."""
     for event in events:
         if isinstance(event, Result):
             return event
@@ -209,5 +207,5 @@ def last_result(events: Iterable[object]) -> Result:
 
 
 def complete(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Result:
-    """Run `generate` to the end and return its `Result`."""
-    return last_result(generate(backend, prompt, s))
+    """Run `diffusion_loop` to the end and return its `Result`."""
+    return last_result(diffusion_loop(backend, prompt, s))

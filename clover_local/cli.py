@@ -15,11 +15,11 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from enum import Enum
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from clover_convert.cli import convert_command
 from rich.console import Console
 from rich.table import Table
 
@@ -58,7 +58,10 @@ def fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
-app.command("convert", help="Convert a Clover checkpoint to GGUF (same as clover-convert).")(convert_command)
+# Commands other installed packages add to `clover` (the converter's `convert`, the same as
+# `clover-convert`): the runtime depends on no tool built on it.
+for _command in entry_points(group="clover_local.commands"):
+    app.command(_command.name)(_command.load())
 
 
 @app.command()

@@ -1,4 +1,4 @@
-"""The block-diffusion loop (CLOVER.md 2.1-2.2): a generator of per-pass events over a `Backend`.
+"""The block-diffusion loop (docs/model.md 2.1-2.2): a generator of per-pass events over a `Backend`.
 
 A request is one prefill, then per block of `block_size` positions: previews until every needed
 position is resolved (`policy.fill_positions`), then one commit. The API, streaming, the visual
@@ -80,7 +80,7 @@ Event = PassEvent | BlockEvent | TokenEvent | Result
 def aligned_candidates(
     anchor: tuple[int, float], tokens: np.ndarray, probs: np.ndarray, logit_shift: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Logit alignment (CLOVER.md 2.5 [ours]): each block position's candidate from a preview.
+    """Logit alignment (docs/model.md 2.5 [ours]): each block position's candidate from a preview.
 
     With shift 1 the candidate for position 0 is `anchor` (the pick of the row before the block:
     the prefill's or the previous commit's last row, fixed for the block) and position i >= 1

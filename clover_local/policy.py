@@ -1,5 +1,5 @@
 """The decoding policy, one for every backend: fill rule, logit adjustment, penalties, ramps,
-stops and the length limit (CLOVER.md 2.1, 2.5; docs/design.md "Decoding").
+stops and the length limit (docs/model.md 2.1, 2.5; docs/design.md "Decoding").
 
 A backend only runs passes and returns, per row, the argmax token and its probability after the
 logit adjustment built here (`pick` is that contract in numpy). Every decision about which
@@ -73,7 +73,7 @@ def check_length(prompt_len: int, s: DecodingSettings) -> None:
 
 
 def resolved_response(response: Sequence[int], block: Sequence[int], mask_token_id: int) -> list[int]:
-    """Response tokens the penalties and ramps count (CLOVER.md 2.5 [ours]).
+    """Response tokens the penalties and ramps count (docs/model.md 2.5 [ours]).
 
     The committed response plus the current block's resolved positions (in position order);
     the prompt never counts. One count serves every row of a pass.
@@ -84,7 +84,7 @@ def resolved_response(response: Sequence[int], block: Sequence[int], mask_token_
 def ramp(n_generated: int, budget: int, start: float, peak: float) -> float:
     """A ramp's bias: 0 up to start x budget tokens, then linear to `peak` at the budget.
 
-    CLOVER.md 2.5 [ours]; the budget is max_new_tokens.
+    docs/model.md 2.5 [ours]; the budget is max_new_tokens.
     """
     begin = start * budget
     if peak == 0 or n_generated <= begin:
@@ -214,7 +214,7 @@ def _scatter(adj: LogitAdjustment, at: np.ndarray, values: list[np.ndarray]) -> 
 
 
 def block_extent(block: Sequence[int], s: DecodingSettings, remaining: int) -> tuple[int, bool]:
-    """Stop rule (CLOVER.md 2.1): how many leading block positions the response needs, and whether
+    """Stop rule (docs/model.md 2.1): how many leading block positions the response needs, and whether
     a stop token ends it.
 
     The extent is the block, cut to the remaining budget, cut again just after the first resolved
@@ -230,7 +230,7 @@ def block_extent(block: Sequence[int], s: DecodingSettings, remaining: int) -> t
 
 
 def fill_positions(probs: np.ndarray, masked: np.ndarray, threshold: float) -> np.ndarray:
-    """Fill rule (CLOVER.md 2.1 [vendor]): the masked positions whose candidate probability is at
+    """Fill rule (docs/model.md 2.1 [vendor]): the masked positions whose candidate probability is at
     least `threshold`; if none, the single most confident one (the lowest position on a tie).
 
     `masked` flags the positions still open (inside the block extent). Returns sorted positions.

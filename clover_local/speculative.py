@@ -1,4 +1,4 @@
-"""Self-speculative decoding (CLOVER.md 2.5): the preview drafts, the causal pass verifies, in one pass.
+"""Self-speculative decoding (docs/model.md 2.5): the preview drafts, the causal pass verifies, in one pass.
 
 Terms. The backend's sequence holds n committed positions. The *pending* token is the next
 response token, already decided (the causal pick at row n-1, or a sample of it) but not yet in the

@@ -1,4 +1,4 @@
-"""The reference's causal trunk against transformers' `qwen3_5_moe`, the independent oracle of CLOVER.md 1."""
+"""The reference's causal trunk against transformers' `qwen3_5_moe`, the oracle of docs/model.md 1."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The Clover trunk in numpy: causal commit passes and block preview passes over a `State`.
 
 `commit` is exactly transformers' `qwen3_5_moe` text model run with a cache; `preview` is the
-block-diffusion denoising pass of CLOVER.md 2.2 that reads the committed state and writes nothing.
+block-diffusion denoising pass of docs/model.md 2.2 that reads the committed state and writes nothing.
 Layers live in `attention.py`, `gdn.py` and `moe.py`; this module wires them and owns the state.
 
 Passing `record={}` collects intermediates under llama.cpp's graph names, `name-layer`:
@@ -118,7 +118,7 @@ class ReferenceModel:
         return logits
 
     def preview(self, block: Sequence[int], state: State, record: Record | None = None) -> np.ndarray:
-        """Denoising pass over a block (CLOVER.md 2.2): logits [B, V]; `state` is left untouched.
+        """Denoising pass over a block (docs/model.md 2.2): logits [B, V]; `state` is left untouched.
 
         Row i holds the hidden state of position n_past + i; which position it predicts is the
         decoder's business (`loops.aligned_candidates`).

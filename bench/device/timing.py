@@ -353,7 +353,7 @@ def run_engine(path: str, args, rng, res: dict) -> None:
         if args.no_sim:
             skipped["simulation"] = "--no-sim"
             return
-        # labelled simulations through the real loops (loops.diffusion_loop, speculative.generate)
+        # labelled simulations through the real loops (loops.diffusion_loop, speculative.speculative_loop)
         eng.moe_chunk = int(best)
         s = DecodingSettings(
             mask_token_id=mask, block_size=BLOCK, max_new_tokens=args.sim_tokens, context_limit=args.n_ctx

@@ -2,7 +2,7 @@
 
     python bench/loop_host.py MODEL.gguf [--tokens 128] [--threads 2] [--profile]
 
-Runs `decode.generate_ar` on the llama.cpp engine and splits each step's wall time into the time
+Runs `loops.ar_loop` on the llama.cpp engine and splits each step's wall time into the time
 spent inside `llama_clover_pass` (graph, compute, one synchronization) and the rest: the loop's
 and the engine's Python per token (the adjustment, the ctypes call, the events). `--profile`
 prints cProfile's top functions of the loop. Prints medians in microseconds.
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from clover_local import decode  # noqa: E402
+from clover_local import loops  # noqa: E402
 from clover_local.llama import capi, engine  # noqa: E402
 from clover_local.policy import DecodingSettings  # noqa: E402
 
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         prompt = list(range(1, args.prompt + 1))
         steps = []
-        for event in decode.generate_ar(eng, prompt, s):
-            if isinstance(event, decode.TokenEvent):
+        for event in loops.ar_loop(eng, prompt, s):
+            if isinstance(event, loops.TokenEvent):
                 steps.append(event.seconds)
         passes = inside[1 : 1 + len(steps)]  # inside[0] is the prefill
         host = [s - p for s, p in zip(steps, passes, strict=True)]
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             prof = cProfile.Profile()
             prof.enable()
-            decode.last_result(decode.generate_ar(eng, prompt, s))
+            loops.last_result(loops.ar_loop(eng, prompt, s))
             prof.disable()
             pstats.Stats(prof).sort_stats("tottime").print_stats(15)
     return 0

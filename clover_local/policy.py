@@ -1,5 +1,5 @@
 """The decoding policy, one for every backend: fill rule, logit adjustment, penalties, ramps,
-stops and the length limit (CLOVER.md 2.1, 2.5; docs/design.md "Decoding").
+stops and the length limit (docs/model.md 2.1, 2.5; docs/design.md "Decoding").
 
 A backend only runs passes and returns, per row, the argmax token and its probability after the
 logit adjustment built here (`pick` is that contract in numpy). Every decision about which
@@ -14,83 +14,12 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .config import CONTEXT_LIMIT, GenerationDefaults
+from .backend import LogitAdjustment, RowAdjustments
+from .model.config import CONTEXT_LIMIT, GenerationDefaults
 
 
 class RequestTooLong(ValueError):
     """A request cannot fit the model's context (prompt + room to finish the last block)."""
-
-
-@dataclass(frozen=True)
-class LogitAdjustment:
-    """`l' = max(l,0) * pos_scale + min(l,0) * neg_scale + bias` over a vocabulary, kept as its entries.
-
-    `ids` are the (unique) token ids where it differs from the identity and `values` [len(ids), 3] their
-    (pos_scale, neg_scale, bias); every other token keeps its logit exactly. Penalties, ramps and the
-    mask token touch a few ids, so a pass carries O(response) numbers, never O(vocabulary).
-    """
-
-    ids: np.ndarray  # [n] token ids
-    values: np.ndarray  # [n, 3] float32: pos_scale, neg_scale, bias
-    vocab_size: int
-
-    @classmethod
-    def identity(cls, vocab_size: int) -> LogitAdjustment:
-        return cls(np.zeros(0, dtype=np.int64), np.zeros((0, 3), dtype=np.float32), vocab_size)
-
-    @classmethod
-    def from_vectors(cls, pos_scale: np.ndarray, neg_scale: np.ndarray, bias: np.ndarray) -> LogitAdjustment:
-        """The adjustment of per-vocab vectors (entries where any of them is not the identity's)."""
-        dense = np.stack([pos_scale, neg_scale, bias], axis=1).astype(np.float32)
-        ids = np.flatnonzero((dense[:, 0] != 1) | (dense[:, 1] != 1) | (dense[:, 2] != 0))
-        return cls(ids, dense[ids], len(dense))
-
-    def vectors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per-vocab (pos_scale, neg_scale, bias) vectors."""
-        pos, neg = np.ones(self.vocab_size, dtype=np.float32), np.ones(self.vocab_size, dtype=np.float32)
-        bias = np.zeros(self.vocab_size, dtype=np.float32)
-        pos[self.ids], neg[self.ids], bias[self.ids] = self.values.T
-        return pos, neg, bias
-
-    @property
-    def pos_scale(self) -> np.ndarray:
-        return self.vectors()[0]
-
-    @property
-    def neg_scale(self) -> np.ndarray:
-        return self.vectors()[1]
-
-    @property
-    def bias(self) -> np.ndarray:
-        return self.vectors()[2]
-
-
-def adjust_logits(logits: np.ndarray, adj: LogitAdjustment) -> np.ndarray:
-    """Apply the adjustment to logits [..., V] at its entries (the same formula runs in the graph)."""
-    out = np.array(logits, copy=True)
-    at = out[..., adj.ids]
-    pos, neg, bias = adj.values.T
-    out[..., adj.ids] = np.maximum(at, 0) * pos + np.minimum(at, 0) * neg + bias
-    return out
-
-
-def pick(logits: np.ndarray, adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of logits [T, V]: the argmax token after adjustment and its softmax probability."""
-    adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj)
-    tokens = adjusted.argmax(axis=-1)
-    top = np.take_along_axis(adjusted, tokens[:, None], axis=-1)
-    probs = 1.0 / np.exp(adjusted - top).sum(axis=-1)
-    return tokens, probs
-
-
-def distribution(logits: np.ndarray, adj: LogitAdjustment, temperature: float) -> np.ndarray:
-    """Sampling distributions [..., V]: softmax of the adjusted logits / temperature (> 0).
-
-    What a sampled mode draws from; the same adjustment as `pick`, so greedy is its limit at 0.
-    """
-    adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj) / temperature
-    e = np.exp(adjusted - adjusted.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 @dataclass(frozen=True)
@@ -144,7 +73,7 @@ def check_length(prompt_len: int, s: DecodingSettings) -> None:
 
 
 def resolved_response(response: Sequence[int], block: Sequence[int], mask_token_id: int) -> list[int]:
-    """Response tokens the penalties and ramps count (CLOVER.md 2.5 [ours]).
+    """Response tokens the penalties and ramps count (docs/model.md 2.5 [ours]).
 
     The committed response plus the current block's resolved positions (in position order);
     the prompt never counts. One count serves every row of a pass.
@@ -155,7 +84,7 @@ def resolved_response(response: Sequence[int], block: Sequence[int], mask_token_
 def ramp(n_generated: int, budget: int, start: float, peak: float) -> float:
     """A ramp's bias: 0 up to start x budget tokens, then linear to `peak` at the budget.
 
-    CLOVER.md 2.5 [ours]; the budget is max_new_tokens.
+    docs/model.md 2.5 [ours]; the budget is max_new_tokens.
     """
     begin = start * budget
     if peak == 0 or n_generated <= begin:
@@ -231,7 +160,8 @@ def adjustment_rows(
     """`adjustment(s, V, prompt, [*response, *rows[:j + 1]])` at the sorted token `ids` only, for
     every row j: [len(rows), len(ids), 3] values (pos_scale, neg_scale, bias), counting the response
     once, O(len(response) + len(rows) x len(ids)) whatever the vocabulary. `ids` must hold every row
-    token. Per-row adjustments differ from a shared base only at a few ids (`speculative.RowAdjustments`).
+    token. Per-row adjustments differ from a shared base only at a few ids (`backend.RowAdjustments`,
+    `row_adjustments`).
     """
     ids = np.asarray(ids, dtype=np.int64)
     seen, n = np.unique(np.asarray(response, dtype=np.int64), return_counts=True)
@@ -246,6 +176,20 @@ def adjustment_rows(
         entries = _entries_of_counts(s, ids[present], counts[present], len(response) + j + 1, inside)
         out[j] = _restrict(ids, *entries)
     return out
+
+
+def row_adjustments(
+    s: DecodingSettings,
+    vocab_size: int,
+    prompt: Sequence[int],
+    response: Sequence[int],
+    rows: Sequence[int],
+) -> RowAdjustments:
+    """Adjustments of causal rows that append `rows` (response tokens) after `response`."""
+    touched = {*rows, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])}
+    ids = np.array(sorted(t for t in touched if 0 <= t < vocab_size), dtype=np.int64)
+    values = adjustment_rows(s, ids, prompt, response, rows)
+    return RowAdjustments(adjustment(s, vocab_size, prompt, response), ids, *values.transpose(2, 0, 1))
 
 
 def _restrict(ids: np.ndarray, entry_ids: np.ndarray, values: list[np.ndarray]) -> np.ndarray:
@@ -293,7 +237,7 @@ def _entries_of_counts(
 
 
 def block_extent(block: Sequence[int], s: DecodingSettings, remaining: int) -> tuple[int, bool]:
-    """Stop rule (CLOVER.md 2.1): how many leading block positions the response needs, and whether
+    """Stop rule (docs/model.md 2.1): how many leading block positions the response needs, and whether
     a stop token ends it.
 
     The extent is the block, cut to the remaining budget, cut again just after the first resolved
@@ -309,7 +253,7 @@ def block_extent(block: Sequence[int], s: DecodingSettings, remaining: int) -> t
 
 
 def fill_positions(probs: np.ndarray, masked: np.ndarray, threshold: float) -> np.ndarray:
-    """Fill rule (CLOVER.md 2.1 [vendor]): the masked positions whose candidate probability is at
+    """Fill rule (docs/model.md 2.1 [vendor]): the masked positions whose candidate probability is at
     least `threshold`; if none, the single most confident one (the lowest position on a tie).
 
     `masked` flags the positions still open (inside the block extent). Returns sorted positions.

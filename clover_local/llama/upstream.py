@@ -18,7 +18,7 @@ from .engine import LlamaEngine
 
 def greedy_tokens_per_s(engine: LlamaEngine, prompt: Sequence[int], n_tokens: int) -> float:
     """Tokens per second of `n_tokens` greedy steps after a prefill of `prompt` (the prefill is not
-    timed, as in `decode.Result.tokens_per_second`). Leaves the engine's sequence reset."""
+    timed, as in `loops.Result.tokens_per_second`). Leaves the engine's sequence reset."""
     engine.reset()
     sampler = ll.llama_sampler_init_greedy()
     tokens = (ll.llama_token * max(len(prompt), 1))(*prompt)

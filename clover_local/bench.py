@@ -154,7 +154,7 @@ def _upstream(clover: Clover, prompt: list[int], gen_tokens: int, ar_tok_s: floa
         return None
     if not isinstance(clover.backend, upstream.LlamaEngine):
         return None
-    tok_s = upstream.greedy_tokens_per_s(clover.backend, prompt, gen_tokens)
+    _, tok_s = upstream.greedy_decode(clover.backend, prompt, gen_tokens)
     return {"tokens_per_s": tok_s, "ar_ratio": ar_tok_s / tok_s}
 
 

@@ -226,3 +226,19 @@ def test_ar_only_file_runs_causally_and_refuses_previews(gguf_factory):
         params = capi.llama_clover_pass_default_params()
         params.block, params.n_block = (ll.llama_token * len(block))(*block), len(block)
         assert capi.llama_clover_pass(eng.ctx, ctypes.byref(params)) < 0
+
+
+def test_ar_steps_pick_what_plain_llama_cpp_greedy_decoding_picks(gguf_factory):
+    """The clover head's two-stage argmax over the graph's logits equals llama.cpp's own greedy
+    sampler on the same file (`llama.upstream`, the baseline of `clover bench`), token for token."""
+    from clover_local.llama.upstream import greedy_decode
+
+    _, path = gguf_factory("tiny")
+    with engine(path) as eng:
+        prompt = np.random.default_rng(3).integers(0, eng.vocab_size, 9).tolist()
+        plain, tok_s = greedy_decode(eng, prompt, 12)
+        ident = LogitAdjustment.identity(eng.vocab_size)
+        ours = [eng.prefill(prompt, ident)[0]]
+        for _ in range(11):
+            ours.append(eng.commit([ours[-1]], ident)[0])
+    assert ours == plain and tok_s > 0

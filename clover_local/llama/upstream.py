@@ -7,7 +7,6 @@ then llama.cpp's greedy sampler over the full logits, in a Python loop (as llama
 
 from __future__ import annotations
 
-import ctypes
 import time
 from collections.abc import Sequence
 
@@ -16,26 +15,27 @@ from llama_cpp import llama_cpp as ll
 from .engine import LlamaEngine
 
 
-def greedy_tokens_per_s(engine: LlamaEngine, prompt: Sequence[int], n_tokens: int) -> float:
-    """Tokens per second of `n_tokens` greedy steps after a prefill of `prompt` (the prefill is not
-    timed, as in `loops.Result.tokens_per_second`). Leaves the engine's sequence reset."""
+def greedy_decode(engine: LlamaEngine, prompt: Sequence[int], n_tokens: int) -> tuple[list[int], float]:
+    """`n_tokens` greedy tokens after a prefill of `prompt` and their tokens per second (the prefill
+    is not timed, as in `loops.Result.tokens_per_second`). Leaves the engine's sequence reset."""
     engine.reset()
     sampler = ll.llama_sampler_init_greedy()
-    tokens = (ll.llama_token * max(len(prompt), 1))(*prompt)
+    out: list[int] = []
     try:
         for start in range(0, len(prompt), engine.n_batch):
-            n = min(engine.n_batch, len(prompt) - start)
-            batch = ll.llama_batch_get_one(ctypes.byref(tokens, start * ctypes.sizeof(ll.llama_token)), n)
-            if ll.llama_decode(engine.ctx, batch) != 0:
+            chunk = list(prompt[start : start + engine.n_batch])
+            tokens = (ll.llama_token * len(chunk))(*chunk)
+            if ll.llama_decode(engine.ctx, ll.llama_batch_get_one(tokens, len(chunk))) != 0:
                 raise RuntimeError("llama_decode failed on the prompt")
         token = (ll.llama_token * 1)()
         t0 = time.perf_counter()
         for _ in range(n_tokens):
             token[0] = ll.llama_sampler_sample(sampler, engine.ctx, -1)
+            out.append(token[0])
             if ll.llama_decode(engine.ctx, ll.llama_batch_get_one(token, 1)) != 0:
                 raise RuntimeError("llama_decode failed")
         seconds = time.perf_counter() - t0
     finally:
         ll.llama_sampler_free(sampler)
         engine.reset()
-    return n_tokens / seconds
+    return out, n_tokens / seconds

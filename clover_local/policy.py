@@ -8,6 +8,7 @@ positions to fill, when to stop and what to penalise is taken in this module.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -124,34 +125,42 @@ def adjustment(
     to `</think>`'s while thinking, both growing with the response length toward max_new_tokens.
     The mask token is never a candidate (bias -inf): filling a position with it would never end.
     """
-    ids, values = _entries(s, prompt, response)
-    inside = (ids >= 0) & (ids < vocab_size)
-    return LogitAdjustment(ids[inside], np.stack(values, axis=1)[inside], vocab_size)
+    return _in_vocab(*_entries(s, prompt, response), vocab_size)
 
 
 class RunningAdjustment:
     """`adjustment(s, V, prompt, response)` for a response that grows one token at a time (the `ar`
-    loop): the token counts and the think state are kept, so a step costs O(distinct tokens) instead
-    of counting the whole response again."""
+    loop): the sorted distinct tokens, their counts and the think state are kept, so a step costs
+    O(distinct tokens) instead of counting the whole response again."""
 
     def __init__(self, s: DecodingSettings, vocab_size: int, prompt: Sequence[int]):
         self.s, self.vocab_size = s, vocab_size
-        self.counts: dict[int, int] = {}
+        self.seen: list[int] = []  # sorted
+        self.counts: list[int] = []
         self.n_generated = 0
         self.inside = thinking(prompt, [], s)
 
     def append(self, token: int) -> None:
-        self.counts[token] = self.counts.get(token, 0) + 1
+        i = bisect.bisect_left(self.seen, token)
+        if i < len(self.seen) and self.seen[i] == token:
+            self.counts[i] += 1
+        else:
+            self.seen.insert(i, token)
+            self.counts.insert(i, 1)
         self.n_generated += 1
         self.inside = thinking_after(self.inside, token, self.s)
 
     def adjustment(self) -> LogitAdjustment:
-        seen = np.fromiter(self.counts, dtype=np.int64, count=len(self.counts))
-        n = np.fromiter(self.counts.values(), dtype=np.int64, count=len(self.counts))
-        order = np.argsort(seen)
-        ids, values = _entries_of_counts(self.s, seen[order], n[order], self.n_generated, self.inside)
-        inside = (ids >= 0) & (ids < self.vocab_size)
-        return LogitAdjustment(ids[inside], np.stack(values, axis=1)[inside], self.vocab_size)
+        seen, n = np.array(self.seen, dtype=np.int64), np.array(self.counts, dtype=np.int64)
+        return _in_vocab(*_entries_of_counts(self.s, seen, n, self.n_generated, self.inside), self.vocab_size)
+
+
+def _in_vocab(ids: np.ndarray, values: np.ndarray, vocab_size: int) -> LogitAdjustment:
+    """The adjustment of sorted entries, without ids outside the vocabulary (e.g. an absent mask id)."""
+    if len(ids) and (ids[0] < 0 or ids[-1] >= vocab_size):
+        inside = (ids >= 0) & (ids < vocab_size)
+        ids, values = ids[inside], values[inside]
+    return LogitAdjustment(ids, values, vocab_size)
 
 
 def adjustment_rows(
@@ -192,20 +201,27 @@ def row_adjustments(
     return RowAdjustments(adjustment(s, vocab_size, prompt, response), ids, *values.transpose(2, 0, 1))
 
 
-def _restrict(ids: np.ndarray, entry_ids: np.ndarray, values: list[np.ndarray]) -> np.ndarray:
+def _restrict(ids: np.ndarray, entry_ids: np.ndarray, values: np.ndarray) -> np.ndarray:
     """The entries' values at the sorted `ids`, [len(ids), 3] (the identity's where an id has no entry)."""
-    out = np.tile(np.array([1.0, 1.0, 0.0], dtype=np.float32), (len(ids), 1))
+    out = _identity_values(len(ids))
     if not len(ids):
         return out
     at = np.searchsorted(ids, entry_ids).clip(max=len(ids) - 1)
     found = ids[at] == entry_ids
-    out[at[found]] = np.stack(values, axis=1)[found]
+    out[at[found]] = values[found]
+    return out
+
+
+def _identity_values(n: int) -> np.ndarray:
+    """[n, 3] values of the identity: pos_scale 1, neg_scale 1, bias 0."""
+    out = np.empty((n, 3), dtype=np.float32)
+    out[:] = (1.0, 1.0, 0.0)
     return out
 
 
 def _entries(
     s: DecodingSettings, prompt: Sequence[int], response: Sequence[int]
-) -> tuple[np.ndarray, list[np.ndarray]]:
+) -> tuple[np.ndarray, np.ndarray]:
     """`adjustment`'s values where they differ from the identity: sorted token ids and their
     (pos_scale, neg_scale, bias), O(len(response)) whatever the vocabulary."""
     seen, n = np.unique(np.asarray(response, dtype=np.int64), return_counts=True)
@@ -214,13 +230,15 @@ def _entries(
 
 def _entries_of_counts(
     s: DecodingSettings, seen: np.ndarray, n: np.ndarray, n_generated: int, inside_think: bool
-) -> tuple[np.ndarray, list[np.ndarray]]:
+) -> tuple[np.ndarray, np.ndarray]:
     """The adjustment's formula from the response's token counts (`seen` sorted, `n` their counts),
-    its length and whether it ends inside a think section."""
+    its length and whether it ends inside a think section: sorted ids and their [n, 3] values."""
     special = [s.mask_token_id, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])]
-    ids = np.union1d(seen, special)
-    pos_scale, neg_scale = np.ones(len(ids), dtype=np.float32), np.ones(len(ids), dtype=np.float32)
-    bias = np.zeros(len(ids), dtype=np.float32)
+    ids = np.concatenate([seen, special])
+    ids.sort()
+    ids = ids[np.concatenate([[True], ids[1:] != ids[:-1]])]  # the sorted union
+    values = _identity_values(len(ids))
+    pos_scale, neg_scale, bias = values.T
     at = np.searchsorted(ids, seen)
     pos_scale[at] = 1.0 / s.repetition_penalty
     neg_scale[at] = s.repetition_penalty
@@ -233,7 +251,7 @@ def _entries_of_counts(
             n_generated, s.max_new_tokens, s.think_ramp_start, s.think_ramp_max
         )
     bias[np.searchsorted(ids, s.mask_token_id)] = -np.inf  # -inf absorbs every other term
-    return ids, [pos_scale, neg_scale, bias]
+    return ids, values
 
 
 def block_extent(block: Sequence[int], s: DecodingSettings, remaining: int) -> tuple[int, bool]:

@@ -26,6 +26,7 @@ from . import policy, speculative
 from .backend import Backend
 from .loops import BlockEvent, Event, PassEvent, Result, TokenEvent, ar_loop, diffusion_loop
 from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
+from .model.decoding_parameters import from_request
 from .model.gguf_info import ModelFileError, ModelInfo, read_info
 from .model.tokenizer import THINK_END, THINK_START, CloverTokenizer
 from .policy import DecodingSettings
@@ -316,39 +317,26 @@ class Clover:
         self,
         n_prompt: int,
         max_tokens: int | None = None,
-        *,
-        block_size: int | None = None,
-        threshold: float | None = None,
-        presence_penalty: float | None = None,
-        frequency_penalty: float | None = None,
-        repeat_penalty: float | None = None,
-        stop_ramp_start: float | None = None,
-        stop_ramp_max: float | None = None,
-        think_ramp_start: float | None = None,
-        think_ramp_max: float | None = None,
+        **overrides: Any,
     ) -> DecodingSettings:
         """The policy's settings for a request: the model's defaults, then these overrides.
 
+        `overrides` go by the decoding parameters' request names (`block_size`, `threshold`,
+        `repeat_penalty`, ...: `decoding_parameters.BY_REQUEST_NAME`); None keeps the default.
         `max_tokens` None (or <= 0) means the model's default budget, cut to what fits the context.
         In AR mode blocks are one token wide, which is also what the length check then counts.
         """
-        block = 1 if self.mode == "ar" else (block_size or self.defaults.block_size)
+        chosen = from_request(overrides)
+        block = 1 if self.mode == "ar" else (chosen.pop("block_size", None) or self.defaults.block_size)
         if max_tokens is None or max_tokens <= 0:
             fits = (self.n_ctx - n_prompt) // block * block
             max_tokens = min(self.defaults.max_new_tokens, fits) if fits > 0 else self.defaults.max_new_tokens
         return DecodingSettings.from_defaults(
             self.defaults,
             self.mask_token_id,
+            **chosen,
             block_size=block,
-            threshold=threshold,
             max_new_tokens=max_tokens,
-            presence_penalty=presence_penalty,
-            frequency_penalty=frequency_penalty,
-            repetition_penalty=repeat_penalty,
-            stop_ramp_start=stop_ramp_start,
-            stop_ramp_max=stop_ramp_max,
-            think_ramp_start=think_ramp_start,
-            think_ramp_max=think_ramp_max,
             think_start_id=self.think_ids[0],
             think_end_id=self.think_ids[1],
             context_limit=self.n_ctx,

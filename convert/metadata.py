@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gguf import GGML_QUANT_VERSION, GGUFWriter, size_label
+from gguf import GGML_QUANT_VERSION, GGUFValueType, GGUFWriter, size_label
 
 from clover_local.model import gguf_names as gn
 from clover_local.model.config import CONTEXT_LIMIT, CheckpointConfig
+from clover_local.model.decoding_parameters import PARAMETERS
 
 from .mix import OutType
 
@@ -57,20 +58,13 @@ def add_model_keys(w: GGUFWriter, ck: CheckpointConfig) -> None:
 
 
 def add_diffusion_keys(w: GGUFWriter, ck: CheckpointConfig) -> None:
+    """The decoding parameters (their table, under `clover-moe.diffusion.`), the preview routing
+    defaults and the stop tokens (`CheckpointConfig.from_dir` gives both configs one `block_size`)."""
     cfg, gen = ck.model, ck.generation
-    w.add_uint32(gn.DIFFUSION_BLOCK_SIZE, cfg.block_size)
-    w.add_float32(gn.DIFFUSION_THRESHOLD, gen.threshold)
-    w.add_int32(gn.DIFFUSION_LOGIT_SHIFT, gen.logit_shift)
+    for p in PARAMETERS:
+        w.add_key_value(p.gguf_key, getattr(gen, p.name), GGUFValueType[p.gguf_type])
     w.add_bool(gn.DIFFUSION_CORESET_ENABLED, cfg.coreset_enabled)
     w.add_float32(gn.DIFFUSION_CORESET_TOP_P, cfg.coreset_top_p)
-    w.add_uint32(gn.DIFFUSION_MAX_NEW_TOKENS, gen.max_new_tokens)
-    w.add_float32(gn.DIFFUSION_PRESENCE_PENALTY, gen.presence_penalty)
-    w.add_float32(gn.DIFFUSION_FREQUENCY_PENALTY, gen.frequency_penalty)
-    w.add_float32(gn.DIFFUSION_REPETITION_PENALTY, gen.repetition_penalty)
-    w.add_float32(gn.DIFFUSION_STOP_RAMP_START, gen.stop_ramp_start)
-    w.add_float32(gn.DIFFUSION_STOP_RAMP_MAX, gen.stop_ramp_max)
-    w.add_float32(gn.DIFFUSION_THINK_RAMP_START, gen.think_ramp_start)
-    w.add_float32(gn.DIFFUSION_THINK_RAMP_MAX, gen.think_ramp_max)
     if gen.eos_token_ids:
         w.add_array(gn.DIFFUSION_EOS_TOKEN_IDS, list(gen.eos_token_ids))
 

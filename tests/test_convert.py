@@ -157,9 +157,9 @@ def test_metadata_and_vocab(checkpoint_factory, tmp_path: Path) -> None:
     assert field(reader, gn.ROPE_DIMENSION_SECTIONS) == [*cfg.mrope_section, 0]
     assert field(reader, gn.RECURRENT_LAYERS) == [not a for a in cfg.is_attention]
     assert field(reader, gn.SSM_TIME_STEP_RANK) == cfg.linear_num_value_heads
-    assert field(reader, gn.DIFFUSION_BLOCK_SIZE) == 32
-    assert field(reader, gn.DIFFUSION_THRESHOLD) == pytest.approx(0.95)
-    assert field(reader, gn.DIFFUSION_LOGIT_SHIFT) == 1
+    assert field(reader, gn.key("diffusion.block_size")) == 32
+    assert field(reader, gn.key("diffusion.threshold")) == pytest.approx(0.95)
+    assert field(reader, gn.key("diffusion.logit_shift")) == 1
     assert field(reader, gn.DIFFUSION_CORESET_TOP_P) == pytest.approx(0.9)
     assert field(reader, gn.DIFFUSION_EOS_TOKEN_IDS) == list(ckpt.config.generation.eos_token_ids)
     assert field(reader, "general.quantization_version") == 2

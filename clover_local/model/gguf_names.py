@@ -40,20 +40,10 @@ SSM_TIME_STEP_RANK = key("ssm.time_step_rank")
 SSM_INNER_SIZE = key("ssm.inner_size")
 FULL_ATTENTION_INTERVAL = key("full_attention_interval")
 
-# -- block diffusion (absent from --ar-only files) ----------------------------------------------
-DIFFUSION_BLOCK_SIZE = key("diffusion.block_size")
-DIFFUSION_THRESHOLD = key("diffusion.threshold")
-DIFFUSION_LOGIT_SHIFT = key("diffusion.logit_shift")
+# -- block diffusion (absent from --ar-only files); the decoding parameters' keys
+# (`clover-moe.diffusion.<name>`) come from their table, `decoding_parameters`
 DIFFUSION_CORESET_ENABLED = key("diffusion.coreset_enabled")
 DIFFUSION_CORESET_TOP_P = key("diffusion.coreset_top_p")
-DIFFUSION_MAX_NEW_TOKENS = key("diffusion.max_new_tokens")
-DIFFUSION_PRESENCE_PENALTY = key("diffusion.presence_penalty")
-DIFFUSION_FREQUENCY_PENALTY = key("diffusion.frequency_penalty")
-DIFFUSION_REPETITION_PENALTY = key("diffusion.repetition_penalty")
-DIFFUSION_STOP_RAMP_START = key("diffusion.stop_ramp_start")
-DIFFUSION_STOP_RAMP_MAX = key("diffusion.stop_ramp_max")
-DIFFUSION_THINK_RAMP_START = key("diffusion.think_ramp_start")
-DIFFUSION_THINK_RAMP_MAX = key("diffusion.think_ramp_max")
 DIFFUSION_EOS_TOKEN_IDS = key("diffusion.eos_token_ids")
 MASK_TOKEN_ID = "tokenizer.ggml.mask_token_id"
 

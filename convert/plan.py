@@ -2,8 +2,8 @@
 
 Built and validated completely before anything is written, so a bad checkpoint fails before an
 output file exists, the GGUF header (which lists every tensor's type and offset) can be written
-first, and `--dry-run` is just the plan printed. The same name table drives the inverse
-(`gguf_weights`), so the two directions cannot drift apart.
+first, and `--dry-run` is just the plan printed. The tests read a converted file back through the
+same name table (`tests/gguf_weights.py`), so the two directions cannot drift apart.
 """
 
 from __future__ import annotations

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clover_convert.gguf_weights import GGUFWeights
 from clover_convert.pipeline import Options, convert, prepare
 from clover_convert.plan import ExpertSpec, tensor_specs
 from clover_convert.transforms import gate_up_split
 from gguf import GGMLQuantizationType, GGUFReader, TokenType
+from gguf_weights import GGUFWeights
 
 from clover_local.model import gguf_names as gn
 from clover_local.model.checkpoint import Checkpoint

@@ -18,12 +18,12 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import numpy as np
 
 from . import policy, speculative
-from .backend import Backend
+from .backend import Backend, SpeculativeBackend
 from .loops import BlockEvent, Event, PassEvent, Result, TokenEvent, ar_loop, diffusion_loop
 from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
 from .model.decoding_parameters import from_request
@@ -364,10 +364,10 @@ class Clover:
                 backend = GumbelBackend(backend, temperature, np.random.default_rng(seed))
             return ar_loop(backend, tokens, s)
         if self.mode == "speculative":
-            if not hasattr(self.backend, "verify_and_draft"):
+            if not self.backend.capabilities.speculative:
                 raise ValueError("this backend cannot run the speculative mode (no verify_and_draft pass)")
             spec = replace(self.draft, temperature=temperature, seed=seed)
-            return speculative.speculative_loop(self.backend, tokens, s, spec)
+            return speculative.speculative_loop(cast(SpeculativeBackend, self.backend), tokens, s, spec)
         return diffusion_loop(self.backend, tokens, s)
 
     def _run(

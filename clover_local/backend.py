@@ -54,6 +54,22 @@ def distribution(logits: np.ndarray, adj: LogitAdjustment, temperature: float) -
     return e / e.sum(axis=-1, keepdims=True)
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend offers beyond `Backend`'s three passes: declared by the backend, never probed.
+
+    `fused`: `FusedBackend.commit_and_preview`. `speculative`: `SpeculativeBackend`'s
+    `verify_and_draft` and `rollback`, for at most `max_verify_rows` causal rows per verification
+    (None: any number). `counts_bytes`: `bytes_read` / `bytes_written` count what passes move
+    between host and model.
+    """
+
+    fused: bool = False
+    speculative: bool = False
+    max_verify_rows: int | None = None
+    counts_bytes: bool = False
+
+
 class Backend(Protocol):
     """What a model runtime must offer the loop; every answer is O(block) numbers.
 
@@ -63,6 +79,7 @@ class Backend(Protocol):
     """
 
     vocab_size: int
+    capabilities: Capabilities
 
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         """Start a new sequence with a causal pass over `tokens`; the last row's pick."""
@@ -84,7 +101,8 @@ class FusedBackend(Backend, Protocol):
     preview over the state that commit leaves, under the same adjustment (nothing new is resolved in
     between). Fusing them runs one graph per block instead of two (the passes are small, so a
     graph's fixed cost, its dispatch and the layers' weight reads, is much of a pass's cost).
-    `loops.diffusion_loop` uses it when the backend has it; the trace is the unfused loop's.
+    `loops.diffusion_loop` uses it when the backend declares it (`Capabilities.fused`); the trace is
+    the unfused loop's.
     """
 
     def commit_and_preview(

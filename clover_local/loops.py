@@ -14,11 +14,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from . import policy
-from .backend import Backend
+from .backend import Backend, FusedBackend
 from .policy import DecodingSettings
 
 
@@ -98,7 +99,7 @@ def diffusion_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings)
     (`commit_and_preview`): the same passes and events, the pair's time in the `BlockEvent`.
     """
     prompt = list(prompt)
-    fused = getattr(backend, "commit_and_preview", None)
+    fused = cast(FusedBackend, backend).commit_and_preview if backend.capabilities.fused else None
     ahead: tuple[np.ndarray, np.ndarray] | None = None  # the first preview, run with the last commit
     policy.check_length(len(prompt), s)
     start = time.perf_counter()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .backend import Backend, LogitAdjustment
+from .backend import Backend, Capabilities, LogitAdjustment
 
 
 def gumbel(adj: LogitAdjustment, temperature: float, rng: np.random.Generator) -> LogitAdjustment:
@@ -28,6 +28,7 @@ class GumbelBackend:
     def __init__(self, backend: Backend, temperature: float, rng: np.random.Generator):
         self.backend, self.temperature, self.rng = backend, temperature, rng
         self.vocab_size = backend.vocab_size
+        self.capabilities = Capabilities()  # the three passes only
 
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         return self.backend.prefill(tokens, gumbel(adj, self.temperature, self.rng))

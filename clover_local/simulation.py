@@ -13,12 +13,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from . import loops, speculative
-from .backend import Backend, LogitAdjustment, RowAdjustments, SpeculativeBackend, Verification
+from .backend import (
+    Backend,
+    Capabilities,
+    FusedBackend,
+    LogitAdjustment,
+    RowAdjustments,
+    SpeculativeBackend,
+    Verification,
+)
 from .policy import DecodingSettings
 from .speculative import SpeculativeSettings
 
@@ -38,8 +46,7 @@ class FixedFill:
             raise ValueError("a fill simulation needs k >= 1 and a threshold in (0, 1]")
         self.inner, self.k, self.s = inner, k, s
         self.vocab_size = inner.vocab_size
-        if hasattr(inner, "commit_and_preview"):
-            self.commit_and_preview = self._commit_and_preview
+        self.capabilities = Capabilities(fused=inner.capabilities.fused)
 
     def _sure(self, block: Sequence[int], tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         masked = [i for i, t in enumerate(block) if t == self.s.mask_token_id][: self.k]
@@ -58,10 +65,10 @@ class FixedFill:
     def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
         return self._sure(block, self.inner.preview(block, adj)[0])
 
-    def _commit_and_preview(
+    def commit_and_preview(
         self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
-        anchor, (picks, _) = self.inner.commit_and_preview(tokens, adj, block)  # type: ignore[attr-defined]
+        anchor, (picks, _) = cast(FusedBackend, self.inner).commit_and_preview(tokens, adj, block)
         return (anchor[0], 1.0), self._sure(block, picks)
 
 
@@ -78,6 +85,7 @@ class FixedAccept:
             raise ValueError("a must be >= 0")
         self.inner, self.a = inner, a
         self.vocab_size = inner.vocab_size
+        self.capabilities = Capabilities(speculative=True, max_verify_rows=inner.capabilities.max_verify_rows)
 
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         return self.inner.prefill(tokens, adj)

@@ -11,7 +11,7 @@ import pytest
 from test_llama_engine import PROB_RTOL, engine
 from test_llama_speculative import assert_same_state
 
-from clover_local.backend import LogitAdjustment
+from clover_local.backend import Capabilities, LogitAdjustment
 from clover_local.llama import unavailable
 from clover_local.loops import BlockEvent, PassEvent, Result, diffusion_loop
 from clover_local.model.config import CheckpointConfig
@@ -28,7 +28,9 @@ POLICY = {"presence_penalty": 0.5, "repetition_penalty": 1.3, "stop_ramp_start":
 
 
 class Unfused:
-    """A backend without `commit_and_preview`: `generate` falls back to a commit and a preview."""
+    """A backend without `commit_and_preview`: the loop falls back to a commit and a preview."""
+
+    capabilities = Capabilities()
 
     def __init__(self, backend):
         self.backend, self.vocab_size = backend, backend.vocab_size
@@ -45,6 +47,8 @@ class Unfused:
 
 class Counting(Unfused):
     """Records each call by name (a fused call is one entry)."""
+
+    capabilities = Capabilities(fused=True)
 
     def __init__(self, backend):
         super().__init__(backend)

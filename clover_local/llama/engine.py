@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from llama_cpp import llama_cpp as ll
 
-from ..backend import LogitAdjustment, RowAdjustments, Verification, distribution
+from ..backend import Capabilities, LogitAdjustment, RowAdjustments, Verification, distribution
 from . import capi
 
 GGML_TYPE_F32 = 0
@@ -212,6 +212,12 @@ class LlamaEngine:
         self.close()
 
     # backend.Backend
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Fused passes always; verifications of up to `n_rs_seq` rows when built `speculative`."""
+        rows = self.n_rs_seq
+        return Capabilities(fused=True, speculative=rows > 0, max_verify_rows=rows, counts_bytes=True)
 
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         self.reset()

@@ -7,12 +7,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..backend import LogitAdjustment, RowAdjustments, Verification, distribution, pick
+from ..backend import Capabilities, LogitAdjustment, RowAdjustments, Verification, distribution, pick
 from .model import ReferenceModel, State
 
 
 class NumpyBackend:
     """One sequence on a `ReferenceModel`; `state` is the committed prefix."""
+
+    capabilities = Capabilities(fused=True, speculative=True)
 
     def __init__(self, model: ReferenceModel):
         self.model = model

@@ -17,7 +17,6 @@ from clover_convert.transforms import Fn, qkv_apply, reorder_v_heads, value_head
 from gguf import GGUFReader, ReaderTensor
 from gguf.quants import dequantize
 
-from clover_local.model import gguf_names as gn
 from clover_local.model.config import CloverConfig
 
 
@@ -95,7 +94,7 @@ class GGUFWeights:
         self.cfg = cfg
         self.readers = [GGUFReader(p) for p in shard_files(Path(path))]
         self.tensors: dict[str, ReaderTensor] = {t.name: t for r in self.readers for t in r.tensors}
-        diffusion = gn.blk(_first_gdn_layer(cfg), gn.SSM_CONV1D_RIGHT) in self.tensors
+        diffusion = f"blk.{_first_gdn_layer(cfg)}.ssm_conv1d_right.weight" in self.tensors
         self.specs = {s.source: s for s in tensor_specs(cfg, diffusion) if isinstance(s, TensorSpec)}
         self.experts = {
             (s.layer, s.part): s for s in tensor_specs(cfg, diffusion) if isinstance(s, ExpertSpec)

@@ -153,11 +153,11 @@ def test_metadata_and_vocab(checkpoint_factory, tmp_path: Path) -> None:
     reader = GGUFReader(make(ckpt.path, tmp_path / "m.gguf", "bf16"))
     assert field(reader, "general.architecture") == gn.ARCH == "clover-moe"
     assert field(reader, gn.BLOCK_COUNT) == cfg.num_hidden_layers
-    assert field(reader, gn.CONTEXT_LENGTH) == 131072
-    assert field(reader, gn.ROPE_DIMENSION_COUNT) == cfg.rotary_dim
-    assert field(reader, gn.ROPE_DIMENSION_SECTIONS) == [*cfg.mrope_section, 0]
+    assert field(reader, gn.key("context_length")) == 131072
+    assert field(reader, gn.key("rope.dimension_count")) == cfg.rotary_dim
+    assert field(reader, gn.key("rope.dimension_sections")) == [*cfg.mrope_section, 0]
     assert field(reader, gn.RECURRENT_LAYERS) == [not a for a in cfg.is_attention]
-    assert field(reader, gn.SSM_TIME_STEP_RANK) == cfg.linear_num_value_heads
+    assert field(reader, gn.key("ssm.time_step_rank")) == cfg.linear_num_value_heads
     assert field(reader, gn.key("diffusion.block_size")) == 32
     assert field(reader, gn.key("diffusion.threshold")) == pytest.approx(0.95)
     assert field(reader, gn.key("diffusion.logit_shift")) == 1

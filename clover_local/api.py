@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol, cast
 import numpy as np
 
 from . import policy, speculative
-from .backend import Backend, SpeculativeBackend
+from .backend import Backend, Routing, SpeculativeBackend
 from .loops import BlockEvent, Event, PassEvent, Result, TokenEvent, ar_loop, diffusion_loop
 from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
 from .model.decoding_parameters import from_request
@@ -144,21 +144,6 @@ def final_tokens(committed: Sequence[int], event: PassEvent, s: DecodingSettings
 
 def _without_stop(tokens: list[int], s: DecodingSettings) -> list[int]:
     return tokens[:-1] if tokens and tokens[-1] in s.stop_token_ids else tokens
-
-
-def get_coreset(backend: Backend) -> tuple[bool, float] | None:
-    """The backend's preview coreset setting: the engine's attributes, or the reference's config."""
-    if hasattr(backend, "coreset"):
-        return bool(backend.coreset), float(backend.coreset_top_p)
-    cfg = getattr(getattr(backend, "model", None), "cfg", None)
-    return (cfg.coreset_enabled, cfg.coreset_top_p) if cfg is not None else None
-
-
-def set_coreset(backend: Backend, enabled: bool, top_p: float) -> None:
-    if hasattr(backend, "coreset"):
-        backend.coreset, backend.coreset_top_p = enabled, top_p
-    elif get_coreset(backend) is not None:
-        backend.model.cfg = backend.model.cfg.with_overrides(coreset_enabled=enabled, coreset_top_p=top_p)
 
 
 def defaults_from_gguf(info: ModelInfo, eos_fallback: Sequence[int]) -> GenerationDefaults:
@@ -285,7 +270,6 @@ class Clover:
         # draft controls of the speculative mode (draft length, refinements, threshold, adaptive);
         # assign a new `SpeculativeSettings` to change them; temperature and seed come per request
         self.draft = speculative.SpeculativeSettings()
-        self._coreset = get_coreset(backend)
         self._request = 0
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -427,17 +411,19 @@ class Clover:
         coreset_top_p: float | None,
         overrides: dict[str, Any],
     ) -> DecodingSettings:
-        """Validate a request before any pass runs: sampling options, coreset, length."""
+        """Validate a request before any pass runs: sampling options, coreset, length.
+
+        The request's routing travels with its settings to every preview it runs; the backend
+        keeps only the model file's (`default_routing`), so nothing one request sets sticks."""
         _check_sampling(self.mode, temperature, top_p, top_k)
         s = self.decoding_settings(len(prompt), max_tokens, **overrides)
         policy.check_length(len(prompt), s)
-        if self._coreset is not None:  # per request: what one request sets does not stick
-            set_coreset(
-                self.backend,
-                self._coreset[0] if coreset is None else coreset,
-                self._coreset[1] if coreset_top_p is None else coreset_top_p,
-            )
-        return s
+        default = self.backend.default_routing
+        routing = Routing(
+            default.coreset if coreset is None else coreset,
+            default.top_p if coreset_top_p is None else coreset_top_p,
+        )
+        return replace(s, routing=routing)
 
     def create_completion(
         self,

@@ -119,7 +119,7 @@ def diffusion_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings)
             if ahead is None:
                 seen = policy.resolved_response(response, block, s.mask_token_id)
                 adj = policy.adjustment(s, backend.vocab_size, prompt, seen)
-                rows = backend.preview(block.tolist(), adj)
+                rows = backend.preview(block.tolist(), adj, s.routing)
             else:
                 rows, ahead = ahead, None
             cand, probs = aligned_candidates(anchor, *rows, s.logit_shift)
@@ -145,7 +145,7 @@ def diffusion_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings)
         adj = policy.adjustment(s, backend.vocab_size, prompt, response)
         if fused is not None and not stopped and len(response) < s.max_new_tokens:
             # the next block's first preview: all masks, so it counts exactly `response` (this adj)
-            anchor, ahead = fused(kept, adj, [s.mask_token_id] * s.block_size)
+            anchor, ahead = fused(kept, adj, [s.mask_token_id] * s.block_size, s.routing)
         else:
             anchor = backend.commit(kept, adj)
         passes_per_block.append(passes)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import LogitAdjustment, RowAdjustments
+from .backend import LogitAdjustment, Routing, RowAdjustments
 from .model.config import CONTEXT_LIMIT, GenerationDefaults
 from .model.decoding_parameters import PARAMETERS, DecodingParameters
 
@@ -33,6 +33,7 @@ class DecodingSettings(DecodingParameters):
     think_start_id: int | None = None  # `<think>` / `</think>` ids; None: no think ramp
     think_end_id: int | None = None
     context_limit: int = CONTEXT_LIMIT
+    routing: Routing | None = None  # the previews' MoE routing; None: the model file's
 
     @classmethod
     def from_defaults(

@@ -23,6 +23,7 @@ from .backend import (
     Capabilities,
     FusedBackend,
     LogitAdjustment,
+    Routing,
     RowAdjustments,
     SpeculativeBackend,
     Verification,
@@ -47,6 +48,7 @@ class FixedFill:
         self.inner, self.k, self.s = inner, k, s
         self.vocab_size = inner.vocab_size
         self.capabilities = Capabilities(fused=inner.capabilities.fused)
+        self.default_routing = inner.default_routing
 
     def _sure(self, block: Sequence[int], tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         masked = [i for i, t in enumerate(block) if t == self.s.mask_token_id][: self.k]
@@ -62,13 +64,19 @@ class FixedFill:
     def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         return self.inner.commit(tokens, adj)[0], 1.0
 
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
-        return self._sure(block, self.inner.preview(block, adj)[0])
+    def preview(
+        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self._sure(block, self.inner.preview(block, adj, routing)[0])
 
     def commit_and_preview(
-        self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
+        self,
+        tokens: Sequence[int],
+        adj: LogitAdjustment,
+        block: Sequence[int],
+        routing: Routing | None = None,
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
-        anchor, (picks, _) = cast(FusedBackend, self.inner).commit_and_preview(tokens, adj, block)
+        anchor, (picks, _) = cast(FusedBackend, self.inner).commit_and_preview(tokens, adj, block, routing)
         return (anchor[0], 1.0), self._sure(block, picks)
 
 
@@ -86,12 +94,15 @@ class FixedAccept:
         self.inner, self.a = inner, a
         self.vocab_size = inner.vocab_size
         self.capabilities = Capabilities(speculative=True, max_verify_rows=inner.capabilities.max_verify_rows)
+        self.default_routing = inner.default_routing
 
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         return self.inner.prefill(tokens, adj)
 
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
-        return self.inner.preview(block, adj)
+    def preview(
+        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self.inner.preview(block, adj, routing)
 
     def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         return self.inner.commit(tokens, adj)
@@ -100,11 +111,16 @@ class FixedAccept:
         self.inner.rollback(n_keep)
 
     def verify_and_draft(
-        self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
+        self,
+        tokens: Sequence[int],
+        adjs: RowAdjustments,
+        preview: Sequence[int],
+        temperature: float = 0.0,
+        routing: Routing | None = None,
     ) -> Verification:
         if temperature > 0:
             raise ValueError("the acceptance simulation is greedy only")
-        v = self.inner.verify_and_draft(tokens, adjs, preview, temperature)
+        v = self.inner.verify_and_draft(tokens, adjs, preview, temperature, routing)
         drafted = list(tokens[1:])
         picks = np.array(v.tokens, copy=True)
         n = min(self.a, len(drafted))

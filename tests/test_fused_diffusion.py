@@ -38,8 +38,8 @@ class Unfused:
     def prefill(self, tokens, adj):
         return self.backend.prefill(tokens, adj)
 
-    def preview(self, block, adj):
-        return self.backend.preview(block, adj)
+    def preview(self, block, adj, routing=None):
+        return self.backend.preview(block, adj, routing)
 
     def commit(self, tokens, adj):
         return self.backend.commit(tokens, adj)
@@ -58,17 +58,17 @@ class Counting(Unfused):
         self.calls.append("prefill")
         return super().prefill(tokens, adj)
 
-    def preview(self, block, adj):
+    def preview(self, block, adj, routing=None):
         self.calls.append("preview")
-        return super().preview(block, adj)
+        return super().preview(block, adj, routing)
 
     def commit(self, tokens, adj):
         self.calls.append("commit")
         return super().commit(tokens, adj)
 
-    def commit_and_preview(self, tokens, adj, block):
+    def commit_and_preview(self, tokens, adj, block, routing=None):
         self.calls.append("commit_and_preview")
-        return self.backend.commit_and_preview(tokens, adj, block)
+        return self.backend.commit_and_preview(tokens, adj, block, routing)
 
 
 def settings(ckpt: Path, block_size: int, max_new_tokens: int, **kw) -> DecodingSettings:

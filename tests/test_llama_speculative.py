@@ -64,9 +64,9 @@ class Prophet:
     def rollback(self, n_keep: int) -> None:
         self.engine.rollback(n_keep)
 
-    def verify_and_draft(self, tokens, adjs, preview, temperature=0.0) -> Verification:
+    def verify_and_draft(self, tokens, adjs, preview, temperature=0.0, routing=None) -> Verification:
         first = self.engine.n_past + len(tokens) + 1  # the position preview row 0 predicts
-        v = self.engine.verify_and_draft(tokens, adjs, preview, temperature)
+        v = self.engine.verify_and_draft(tokens, adjs, preview, temperature, routing)
         draft = [self.truth[p] if p < len(self.truth) else 0 for p in range(first, first + len(preview))]
         draft = [(t + 1) % self.vocab_size if p in self.wrong else t for p, t in enumerate(draft, first)]
         return dataclasses.replace(

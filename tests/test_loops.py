@@ -37,7 +37,9 @@ class ScriptedBackend:
         self.n_past = len(tokens)
         return self._at(self.n_past)
 
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
+    def preview(
+        self, block: Sequence[int], adj: LogitAdjustment, routing=None
+    ) -> tuple[np.ndarray, np.ndarray]:
         self.calls.append(("preview", list(block)))
         rows = [self._at(self.n_past + i + 1) for i in range(len(block))]  # row i predicts position i + 1
         return np.array([t for t, _ in rows]), np.array([p for _, p in rows])

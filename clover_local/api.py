@@ -276,9 +276,7 @@ class Clover:
 
     def close(self) -> None:
         """Free the model and context (the llama.cpp engine); the object is unusable afterwards."""
-        close = getattr(self.backend, "close", None)
-        if close is not None:
-            close()
+        self.backend.close()
 
     def __enter__(self) -> Clover:
         return self

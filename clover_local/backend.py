@@ -109,6 +109,10 @@ class Backend(Protocol):
         """Causal pass appending `tokens` to the sequence; the last row's pick."""
         ...
 
+    def close(self) -> None:
+        """Free what the backend holds (a model, a context); it is unusable afterwards."""
+        ...
+
 
 class FusedBackend(Backend, Protocol):
     """A `Backend` that can also run a block's commit and the next block's first preview as one pass.

@@ -37,6 +37,9 @@ class NumpyBackend:
         tok, prob = pick(self.model.commit(tokens, self.state)[-1:], adj)
         return int(tok[0]), float(prob[0])
 
+    def close(self) -> None:
+        """Nothing to free: the model's arrays go with the object."""
+
     def commit_and_preview(
         self,
         tokens: Sequence[int],

@@ -7,8 +7,10 @@ reasoning of a thinking answer goes to `reasoning_content`, and every result car
 statistics under `"clover"`. Everything is driven by one generator of decode events
 (`Clover.generate`), which streaming, `--visual` and `bench` consume as well.
 
-A `Clover` runs one request at a time; each request starts with a fresh prefill, so a stream
-that is closed early (or interrupted) leaves nothing behind for the next one.
+A `Clover` runs one request at a time. A request runs only the prompt tokens the sequence does not
+already hold (`prompt_cache`: a continuation or the next chat turn keeps the history), so a
+stream closed early (or interrupted) leaves only committed tokens, which the next request keeps
+where its prompt repeats them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
 from .decode import Backend, BlockEvent, Event, PassEvent, Result, TokenEvent, generate, generate_ar
 from .model_info import ModelFileError, ModelInfo, read_info
 from .policy import DecodingSettings
+from .prompt_cache import Reuse
 from .sampling import GumbelBackend
 from .textstream import CONTENT, REASONING, Delta, TextStream
 from .tokenizer import THINK_END, THINK_START, CloverTokenizer
@@ -86,11 +89,14 @@ class _Trace:
             self.commit_seconds.append(event.seconds)
         self.tokens += appended(event)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, reuse: Reuse | None = None) -> dict[str, Any]:
+        """The request's statistics; `reuse`: what the prefill kept of the sequence (`prompt_cache`)."""
         total = time.perf_counter() - self.start
         prefill = self.prefill_seconds if self.prefill_seconds is not None else total
         gen = max(total - prefill, 1e-9)
         passes = len(self.tokens_per_pass)
+        reuse = reuse or Reuse(0, "none")
+        computed = self.prompt_tokens - reuse.kept
         return {
             "mode": self.mode,
             "tokens": list(self.tokens),
@@ -100,9 +106,11 @@ class _Trace:
             "tokens_per_pass": list(self.tokens_per_pass),
             "mean_tokens_per_pass": sum(self.tokens_per_pass) / passes if passes else 0.0,
             "prompt_ms": prefill * 1e3,
+            "prompt_kept_tokens": reuse.kept,  # held from the previous request, not run again
+            "prompt_cache": reuse.how,  # "extended", "checkpoint" or "none" (a full prefill)
             "preview_ms": _mean_ms(self.preview_seconds),
             "commit_ms": _mean_ms(self.commit_seconds),
-            "prompt_tokens_per_s": self.prompt_tokens / prefill if prefill > 0 else 0.0,
+            "prompt_tokens_per_s": computed / prefill if prefill > 0 else 0.0,
             "generation_tokens_per_s": len(self.tokens) / gen,
             "total_ms": total * 1e3,
         }
@@ -389,10 +397,15 @@ class Clover:
         reasoning: bool,
         sampling: tuple[float, int | None],
         on_event: EventCallback | None,
+        checkpoint_at: int | None = None,
     ) -> Iterator[list[Delta] | _Outcome]:
-        """Text deltas of one request as its tokens become final, then its `_Outcome`."""
+        """Text deltas of one request as its tokens become final, then its `_Outcome`.
+
+        `checkpoint_at`: where the prompt's reusable history ends (`LlamaEngine.prefill`)."""
         self._request += 1
         mine = self._request
+        if hasattr(self.backend, "checkpoint_at"):
+            self.backend.checkpoint_at = checkpoint_at
         trace, text = _Trace(self.mode, len(prompt)), TextStream(self._text, stop, reasoning)
         events = self.generate(prompt, s, *sampling)
         committed: list[int] = []
@@ -425,7 +438,8 @@ class Clover:
         deltas = text.feed(_without_stop(final, s), final=True)
         if deltas:
             yield deltas
-        yield _Outcome("stop" if text.stopped else finish, text.n_tokens, trace.stats())
+        reuse = getattr(self.backend, "reuse", None)
+        yield _Outcome("stop" if text.stopped else finish, text.n_tokens, trace.stats(reuse))
 
     def _prepare(
         self,
@@ -526,7 +540,8 @@ class Clover:
         ids = self.tokenizer.encode(self.tokenizer.render_chat(messages, enable_thinking=thinking))
         s = self._prepare(ids, max_tokens, temperature, top_p, top_k, coreset, coreset_top_p, settings)
         reasoning = policy.thinking(ids, [], s)
-        steps = self._run(ids, s, _stops(stop), reasoning, (temperature, seed), on_event)
+        history = self._history_length(ids, messages, thinking)
+        steps = self._run(ids, s, _stops(stop), reasoning, (temperature, seed), on_event, history)
         head = {"id": f"chatcmpl-{uuid.uuid4()}", "object": "chat.completion", "created": int(time.time())}
         head["model"] = model or self.model_path
         if stream:
@@ -537,6 +552,15 @@ class Clover:
             message[REASONING] = text[REASONING]
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": outcome.finish_reason}
         return {**head, "choices": [choice], **_usage(len(ids), outcome)}
+
+    def _history_length(self, ids: list[int], messages: list[dict[str, Any]], thinking: bool) -> int | None:
+        """How many of a chat prompt's tokens are its messages, before the template's generation
+        prompt: what the next turn's prompt repeats (None when the template does not split so)."""
+        if not hasattr(self.backend, "checkpoint_at"):
+            return None
+        text = self.tokenizer.render_chat(messages, enable_thinking=thinking, add_generation_prompt=False)
+        history = self.tokenizer.encode(text)
+        return len(history) if ids[: len(history)] == history else None
 
     def _chat_chunks(
         self, head: dict[str, Any], steps: Iterator[list[Delta] | _Outcome], n_prompt: int

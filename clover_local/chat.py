@@ -9,6 +9,7 @@ lines. `/save` and `/load` keep conversations as JSON: `{"thinking": bool, "mess
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,11 @@ PROMPT, MORE = ">>> ", "... "
 FENCE = '"""'
 HELP = """\
 /help               this help
-/think on|off       thinking mode (reasoning shown dimmed)
+/think [on|off]     thinking mode (reasoning shown dimmed); alone: switch it
 /system TEXT        set the system prompt (and start over)
 /reset              forget the conversation (keeps the system prompt)
 /set NAME VALUE     a decoding option: max_tokens, threshold, block_size, temperature, ...
-/save FILE          save the conversation as JSON
+/save [FILE]        save the conversation as JSON (default: clover-chat-DATE.json)
 /load FILE          load a conversation saved with /save
 /exit               quit (or Ctrl-D)
 End a line with \\ to continue it; \"\"\" opens and closes a block of lines.
@@ -141,9 +142,9 @@ class ChatSession:
             return False
         if name == "/help":
             self.console.print(HELP, markup=False, highlight=False)
-        elif name == "/think" and arg in ("on", "off"):
-            self.thinking = arg == "on"
-            self.note(f"thinking {arg}")
+        elif name == "/think" and arg in ("on", "off", ""):
+            self.thinking = arg == "on" if arg else not self.thinking
+            self.note(f"thinking {'on' if self.thinking else 'off'}")
         elif name == "/system" and arg:
             self.system = arg
             self.reset()
@@ -153,11 +154,17 @@ class ChatSession:
             self.note("conversation reset")
         elif name == "/set":
             self.set_option(arg)
-        elif name in ("/save", "/load") and arg:
+        elif name == "/load" and not arg:
+            self.error("/load needs a file: /load FILE")
+        elif name in ("/save", "/load"):
+            arg = arg or time.strftime("clover-chat-%Y%m%d-%H%M%S.json")
             try:
                 (self.save if name == "/save" else self.load)(Path(arg).expanduser())
-            except (OSError, ValueError, KeyError) as e:
-                self.error(str(e))
+            except OSError as e:
+                self.error(f"{arg}: {e.strerror or e}")
+                return True
+            except (ValueError, KeyError) as e:
+                self.error(f"{arg}: not a saved conversation ({e})")
                 return True
             turns = sum(m["role"] == "user" for m in self.messages)
             self.note(f"{'saved' if name == '/save' else 'loaded'} {turns} turns: {arg}")

@@ -23,7 +23,7 @@ from clover_convert.cli import convert_command
 from rich.console import Console
 from rich.table import Table
 
-from . import model_source
+from . import __version__, limits, model_source
 from .api import MODES, Clover
 from .bench import run_bench
 from .chat import ChatSession, drain
@@ -34,10 +34,11 @@ from .speculative import SpeculativeSettings
 from .tokenizer import ChatTemplateError
 from .visual import BlockView
 
+HELP = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
-    no_args_is_help=True,
+    context_settings=HELP,
     help="Run the Clover block-diffusion model locally (llama.cpp, quantized weights).",
 )
 out = Console()
@@ -45,9 +46,38 @@ err = Console(stderr=True)
 _state = {"debug": False}
 
 
-@app.callback()
-def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
-    _state["debug"] = debug
+def _version(show: bool) -> None:
+    if show:
+        from importlib.metadata import version
+
+        print(f"clover-local {__version__} (llama-cpp-python {version('llama_cpp_python')})")
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def main(
+    ctx: typer.Context,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks on errors (accepted anywhere on the line).")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    _state["debug"] = _state["debug"] or debug
+    if ctx.invoked_subcommand is None:  # bare `clover`: the help, as `git` does
+        print(ctx.get_help())
+
+
+def run() -> None:
+    """Console-script entry point (`clover`): `--debug` counts wherever it stands (before `--`)."""
+    args = sys.argv[1:]
+    end = args.index("--") if "--" in args else len(args)
+    if "--debug" in args[:end]:
+        _state["debug"] = True
+        args.remove("--debug")
+    app(args=args, prog_name="clover")
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -118,6 +148,7 @@ def verify(
     """
     from .verify import verify as run_verify
 
+    check_options({"max_tokens": max_tokens, "n_gpu_layers": n_gpu_layers, "threads": threads})
     with user_errors():
         read_info(model)
         report = run_verify(
@@ -273,6 +304,18 @@ def with_options(*groups: list[inspect.Parameter]) -> Callable[[Callable[..., No
     return wrap
 
 
+def check_options(*groups: dict[str, Any]) -> None:
+    """Every option's range (`limits`), before any work: one line naming the flag, exit code 2."""
+    try:
+        for group in groups:
+            limits.check_all(group, flags=True)
+            n = group.get("max_tokens")
+            if n is not None and n < 1:  # the API's "<= 0: the default" is not a flag value
+                raise limits.OptionError(f"--max-tokens must be an integer >= 1, got {n}")
+    except limits.OptionError as e:
+        fail(str(e), code=2)
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn the errors a user can fix into one `error:` line (tracebacks only under --debug)."""
@@ -349,6 +392,7 @@ def chat(
 ) -> None:
     """Talk to the model: multi-turn, streamed as blocks resolve; /help lists the commands."""
     loading, decoding = options
+    check_options(loading, decoding)
     with user_errors():
         clover = load_model(model, **loading)
     with clover, user_errors():
@@ -379,6 +423,7 @@ def generate(
     if (prompt is None) == (prompt_file is None):
         fail("give the prompt with either -p TEXT or -f FILE", code=2)
     loading, decoding = options
+    check_options(loading, decoding)
     with user_errors():
         text = prompt if prompt is not None else _read_prompt(prompt_file)
         clover = load_model(model, **loading)
@@ -453,6 +498,14 @@ def bench(
     model, with the bytes each pass moves, then generate in every mode it runs (ar, diffusion,
     speculative) side by side."""
     (loading,) = options
+    check_options(loading)
+    for flag, n in (
+        ("--gen-tokens", gen_tokens),
+        ("--repeats", repeats),
+        ("--prompt-tokens", min(prompt_tokens or [1])),
+    ):
+        if n < 1:
+            fail(f"{flag} must be an integer >= 1, got {n}", code=2)
     with user_errors():
         path = model_source.resolve(model, loading.pop("file"))
         if loading["backend"] is BackendName.llama and path.is_file():
@@ -462,8 +515,6 @@ def bench(
         clover = load_model(str(path), None, **loading)
     with clover, user_errors():
         lengths = prompt_tokens or [512]
-        if min(lengths) < 1:
-            raise typer.BadParameter("prompt lengths must be >= 1", param_hint="--prompt-tokens")
         res = run_bench(clover, lengths, gen_tokens, repeats, simulate)
     if as_json:
         print(json.dumps(res, indent=2))
@@ -508,4 +559,4 @@ def bench(
 
 
 if __name__ == "__main__":
-    app()
+    run()

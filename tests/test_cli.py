@@ -184,7 +184,7 @@ def test_requests_that_cannot_fit_are_refused_with_the_numbers(tiny_checkpoint):
     )
     line = one_error_line(res)
     assert f"request too long: prompt {n} tokens + 64 for 64 new tokens in blocks of 32 = {n + 64}" in line
-    assert "the model's limit of 256" in line
+    assert "the context of 256 tokens" in line
     res = clover("generate", str(tiny_checkpoint), "--backend", "reference", "-p", "hi", "--n-ctx", "200000")
     assert "n_ctx 200000 exceeds the model's limit of 131072 tokens" in one_error_line(res)
 

@@ -98,7 +98,17 @@ def bench(work: Path, layers: int, types: list[str], upstream: bool) -> list[Row
         out = work / f"ours-{kind}.gguf"
         warm(ckpt)
         run = measured(
-            [sys.executable, "-m", "clover_convert.cli", str(ckpt), "-o", str(out), "--outtype", kind, "--force"]
+            [
+                sys.executable,
+                "-m",
+                "clover_convert.cli",
+                str(ckpt),
+                "-o",
+                str(out),
+                "--outtype",
+                kind,
+                "--force",
+            ]
         )
         rows.append(_row("clover-convert", kind, size, out, run))
         out.unlink()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from gguf import GGUFReader, GGUFValueType
 
-from clover_local.gguf_header import StringArray, read_header
-from clover_local.model_info import ModelFileError, read_info
+from clover_local.model.gguf_header import StringArray, read_header
+from clover_local.model.gguf_info import ModelFileError, read_info
 
 
 def reader_value(field) -> object:

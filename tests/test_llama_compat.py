@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
+from clover_local.llama.source import read_member
 
 from clover_local import llama as llama_runtime
-from clover_local.llama.source import read_member
 
 pytestmark = pytest.mark.llama
 

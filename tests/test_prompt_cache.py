@@ -51,7 +51,9 @@ def test_chat_turns_keep_the_history_and_answer_as_a_fresh_model(gguf, mode):
         prompts.append(got["usage"]["prompt_tokens"])
         messages = [*messages, got["choices"][0]["message"], {"role": "user", "content": f"More {turn}."}]
     assert kept[0] == ("none", 0)
-    for (how, n), previous in zip(kept[1:], prompts):  # the previous prompt but its generation prompt
+    for (how, n), previous in zip(
+        kept[1:], prompts[:-1], strict=True
+    ):  # the previous prompt but its generation prompt
         assert how == "checkpoint" and previous - 16 <= n < previous
 
 

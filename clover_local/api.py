@@ -240,6 +240,7 @@ class Clover:
         defaults = defaults_from_gguf(info, tokenizer.end_of_generation_ids())
         mask = info.mask_token_id if info.mask_token_id is not None else -1
         self._attach(engine, tokenizer, defaults, mask, str(model_path), limit, mode)
+        self.file_type = info.file_type
 
     @classmethod
     def from_backend(
@@ -296,6 +297,7 @@ class Clover:
             context_limit,
             mode,
         )
+        self.file_type = ""  # a GGUF's file type (Q4_K_M, ...); empty for other backends
         self.think_ids = (tokenizer.token_id(THINK_START), tokenizer.token_id(THINK_END))
         # draft controls of the speculative mode (draft length, refinements, threshold, adaptive);
         # assign a new `SpeculativeSettings` to change them; temperature and seed come per request

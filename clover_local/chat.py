@@ -17,7 +17,9 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from . import limits
 from .api import Clover
+from .policy import RequestTooLong
 from .visual import BlockView
 
 try:
@@ -184,10 +186,15 @@ class ChatSession:
             self.error(f"/set knows {', '.join(SETTABLE)}")
             return
         try:
-            self.request[key] = SETTABLE[key](value)
+            number = SETTABLE[key](value)
+            limits.check(key, number)
+        except limits.OptionError as e:
+            self.error(f"/set {e}")
+            return
         except ValueError:
             self.error(f"/set {key}: {value!r} is not a number")
             return
+        self.request[key] = number
         self.note(f"{key} = {self.request[key]}")
 
     def note(self, text: str) -> None:
@@ -200,17 +207,32 @@ class ChatSession:
         """Stream the answer to `text`; on Ctrl-C drop the turn and keep the conversation as it was."""
         messages = [*self.messages, {"role": "user", "content": text}]
         view = BlockView(self.clover._text, self.clover.mask_token_id, self.console, self.thinking)
-        try:
-            stream = self.clover.create_chat_completion(
-                messages,
-                stream=True,
-                thinking=self.thinking,
-                on_event=view.update if self.visual else None,
-                **self.request,
-            )
-        except ValueError as e:  # too long for the context, bad option values: say so, keep going
-            self.error(str(e))
-            return
+        dropped = 0
+        while True:
+            try:
+                stream = self.clover.create_chat_completion(
+                    messages,
+                    stream=True,
+                    thinking=self.thinking,
+                    on_event=view.update if self.visual else None,
+                    **self.request,
+                )
+                break
+            except RequestTooLong as e:  # the history overflows: drop the oldest turn, keep the system
+                first = 1 if messages[0]["role"] == "system" else 0
+                turn_end = next(
+                    (i for i in range(first + 1, len(messages)) if messages[i]["role"] == "user"), None
+                )
+                if turn_end is None:  # the new message alone does not fit
+                    self.error(str(e))
+                    return
+                messages = [*messages[:first], *messages[turn_end:]]
+                dropped += 1
+            except ValueError as e:  # bad option values: say so, keep going
+                self.error(str(e))
+                return
+        if dropped:
+            self.note(f"(context full: dropped the {dropped} oldest turn{'s' if dropped > 1 else ''})")
         self._field = None
         try:
             if self.visual:

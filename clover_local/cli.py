@@ -375,6 +375,19 @@ def load_model(
     return clover
 
 
+def loaded_line(clover: Clover, loading: dict[str, Any]) -> str:
+    """One line on what runs: model, file type, context, backend, mode."""
+    if loading["backend"] is BackendName.reference:
+        backend = "numpy reference"
+    else:
+        from llama_cpp import llama_cpp as ll
+
+        gpu = ll.llama_supports_gpu_offload() and loading["n_gpu_layers"] != 0
+        backend = "llama.cpp " + ("GPU" if gpu else "CPU")
+    kind = f", {clover.file_type}" if clover.file_type else ""
+    return f"{Path(clover.model_path).name}{kind}, context {clover.n_ctx()}, {backend}, {clover.mode} mode"
+
+
 def _request(decoding: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in decoding.items() if v not in (None, [])}
 
@@ -397,8 +410,9 @@ def chat(
     """Talk to the model: multi-turn, streamed as blocks resolve; /help lists the commands."""
     loading, decoding = options
     check_options(loading, decoding)
-    with user_errors():
+    with user_errors(), err.status(f"loading {model}", spinner="dots"):
         clover = load_model(model, **loading)
+    err.print(loaded_line(clover, loading), style="dim", highlight=False)
     with clover, user_errors():
         ChatSession(clover, out, system=system, thinking=think, visual=visual, **_request(decoding)).run()
 

@@ -174,3 +174,21 @@ def test_visual_mode_ends_with_the_answer(api, model_args):
     assert "░" in shown  # masks were drawn while the block was denoised
     child.sendeof()
     child.expect(pexpect.EOF)
+
+
+def test_a_history_over_the_context_drops_the_oldest_turns_and_keeps_the_system_prompt(tiny_checkpoint):
+    import io
+
+    from rich.console import Console
+
+    from clover_local.chat import ChatSession
+
+    console = Console(file=io.StringIO(), width=200)
+    small = Clover.from_checkpoint(tiny_checkpoint, n_ctx=256)
+    chat = ChatSession(small, console, system="Be brief.", thinking=False, max_tokens=16)
+    for _ in range(5):
+        chat.ask("Tell me about clover fields and bees. " * 2)
+    shown = console.file.getvalue()
+    assert "(context full: dropped the" in shown and "error" not in shown
+    assert chat.messages[0] == {"role": "system", "content": "Be brief."}
+    assert sum(m["role"] == "user" for m in chat.messages) < 5

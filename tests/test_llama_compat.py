@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from clover_local.llama.source import read_member
+from clover_patches.source import read_member
 
 from clover_local import llama as llama_runtime
 

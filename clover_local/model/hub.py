@@ -37,4 +37,14 @@ def hub(repo_id: str, error: type[Exception]) -> Iterator[ModuleType]:
     except RepositoryNotFoundError:
         raise error(f"{repo_id}: no such Hugging Face repository (or it is gated: log in first)") from None
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
-        raise error(f"{repo_id}: download failed ({str(e).splitlines()[0]})") from None
+        raise error(f"{repo_id}: download failed ({_first_line(e)})") from None
+    except Exception as e:  # the HTTP client's own errors (httpx, requests): offline, DNS, TLS
+        if type(e).__module__.split(".")[0] not in ("httpx", "httpcore", "requests", "urllib3"):
+            raise
+        raise error(
+            f"{repo_id}: download failed, network error ({_first_line(e)}); check the connection"
+        ) from None
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0]

@@ -23,7 +23,10 @@ from .policy import RequestTooLong
 from .visual import BlockView
 
 try:
-    import readline  # noqa: F401  (line editing and history for input())
+    import readline  # line editing and history for input()
+
+    # a pasted block arrives as one message, newlines included, whatever the user's inputrc says
+    readline.parse_and_bind("set enable-bracketed-paste on")
 except ImportError:  # not on every platform
     pass
 

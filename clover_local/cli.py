@@ -262,6 +262,9 @@ MODEL_OPTIONS = [
     ),
 ]
 
+# bench runs every mode the file allows, side by side: no --mode
+BENCH_OPTIONS = [p for p in MODEL_OPTIONS if p.name != "mode"]
+
 # Decoding options: keyword arguments of `create_*_completion` (None: the model's default).
 DECODING_OPTIONS = [
     _option(
@@ -487,7 +490,7 @@ def _echo(name: str, delta: str) -> None:
 
 
 @app.command()
-@with_options(MODEL_OPTIONS)
+@with_options(BENCH_OPTIONS)
 def bench(
     model: ModelArg,
     prompt_tokens: Annotated[
@@ -526,11 +529,12 @@ def bench(
             fail(f"{flag} must be an integer >= 1, got {n}", code=2)
     with user_errors():
         path = location.resolve(model, loading.pop("file"))
+        mode = ModeName.diffusion
         if loading["backend"] is BackendName.llama and path.is_file():
             # an --ar-only file: no previews to time; else the speculative snapshots, so every mode runs
             diffusion = read_info(path).has_diffusion_tensors
-            loading["mode"] = ModeName.speculative if diffusion else ModeName.ar
-        clover = load_model(str(path), None, **loading)
+            mode = ModeName.speculative if diffusion else ModeName.ar
+        clover = load_model(str(path), None, mode=mode, **loading)
     with clover, user_errors():
         lengths = prompt_tokens or [512]
         res = run_bench(clover, lengths, gen_tokens, repeats, simulate)

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 from clover_patches.source import read_member
 
-from clover_local import llama as llama_runtime
-
 pytestmark = pytest.mark.llama
 
 
@@ -26,24 +24,16 @@ def readme_examples() -> dict[str, str]:
     return examples
 
 
-@pytest.fixture(scope="module")
-def gguf(gguf_factory) -> Path:
-    missing = llama_runtime.unavailable()
-    if missing is not None:
-        pytest.skip(missing)
-    return gguf_factory("tiny")[1]
-
-
-def run(example: str, gguf: Path) -> dict[str, object]:
+def run(example: str, llama_gguf: Path) -> dict[str, object]:
     code = example.replace("from llama_cpp import Llama", "from clover_local.api import Clover as Llama")
-    code = re.sub(r'model_path="[^"]*"', f'model_path="{gguf}"', code)
+    code = re.sub(r'model_path="[^"]*"', f'model_path="{llama_gguf}"', code)
     scope: dict[str, object] = {}
     exec(compile(code, "README example", "exec"), scope)  # noqa: S102 (the README's own code)
     return scope
 
 
-def test_the_high_level_api_example_completes_with_the_prompt_echoed(gguf, capsys):
-    scope = run(readme_examples()["High-level API"], gguf)
+def test_the_high_level_api_example_completes_with_the_prompt_echoed(llama_gguf, capsys):
+    scope = run(readme_examples()["High-level API"], llama_gguf)
     output = scope["output"]
     text = output["choices"][0]["text"]
     assert text.startswith("Q: Name the planets in the solar system? A: ")
@@ -52,16 +42,16 @@ def test_the_high_level_api_example_completes_with_the_prompt_echoed(gguf, capsy
     assert str(output) in capsys.readouterr().out
 
 
-def test_the_chat_completion_example_answers_in_content(gguf):
+def test_the_chat_completion_example_answers_in_content(llama_gguf):
     example = readme_examples()["Chat Completion"]
     scope = run(
-        example.replace("llm.create_chat_completion(", "answer = llm.create_chat_completion(", 1), gguf
+        example.replace("llm.create_chat_completion(", "answer = llm.create_chat_completion(", 1), llama_gguf
     )
     message = scope["answer"]["choices"][0]["message"]
     assert message["role"] == "assistant" and message["content"].strip()
 
 
-def test_the_json_mode_example_is_refused_in_one_line(gguf):
+def test_the_json_mode_example_is_refused_in_one_line(llama_gguf):
     with pytest.raises(ValueError, match=r"^response_format 'json_object' needs grammar") as e:
-        run(readme_examples()["JSON Mode"], gguf)
+        run(readme_examples()["JSON Mode"], llama_gguf)
     assert "\n" not in str(e.value)

@@ -4,11 +4,8 @@ over, and each gives the tokens a fresh model gives."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from clover_local import llama as llama_runtime
 from clover_local.api import Clover
 from clover_local.prompt_cache import Checkpoint, PromptCache
 
@@ -27,23 +24,15 @@ def test_plan_keeps_what_the_sequence_holds_or_the_longest_matching_checkpoint()
     assert PromptCache(held=None).plan([1, 2]).how == "none"  # unknown after a failed pass
 
 
-@pytest.fixture(scope="module")
-def gguf(gguf_factory) -> Path:
-    missing = llama_runtime.unavailable()
-    if missing is not None:
-        pytest.skip(missing)
-    return gguf_factory("tiny")[1]
-
-
 @pytest.mark.llama
 @pytest.mark.parametrize("mode", ["diffusion", "ar", "speculative"])
-def test_chat_turns_keep_the_history_and_answer_as_a_fresh_model(gguf, mode):
-    clover = Clover(gguf, n_ctx=4096, mode=mode)
+def test_chat_turns_keep_the_history_and_answer_as_a_fresh_model(llama_gguf, mode):
+    clover = Clover(llama_gguf, n_ctx=4096, mode=mode)
     messages = [SYSTEM, {"role": "user", "content": "Name three colours. " * 20}]
     kept, prompts = [], []
     for turn in range(3):
         got = clover.create_chat_completion(messages, max_tokens=24, thinking=False)
-        fresh = Clover(gguf, n_ctx=4096, mode=mode).create_chat_completion(
+        fresh = Clover(llama_gguf, n_ctx=4096, mode=mode).create_chat_completion(
             messages, max_tokens=24, thinking=False
         )
         assert got["clover"]["tokens"] == fresh["clover"]["tokens"]
@@ -58,8 +47,8 @@ def test_chat_turns_keep_the_history_and_answer_as_a_fresh_model(gguf, mode):
 
 
 @pytest.mark.llama
-def test_a_continuation_runs_only_its_new_tokens_and_a_new_prompt_starts_over(gguf):
-    clover = Clover(gguf, n_ctx=4096)
+def test_a_continuation_runs_only_its_new_tokens_and_a_new_prompt_starts_over(llama_gguf):
+    clover = Clover(llama_gguf, n_ctx=4096)
     prompt = clover.tokenize(b"Once upon a time there was a clover field")
     first = clover.create_completion(prompt, max_tokens=16)
     held = prompt + first["clover"]["tokens"]
@@ -71,7 +60,7 @@ def test_a_continuation_runs_only_its_new_tokens_and_a_new_prompt_starts_over(gg
     )
     assert (
         second["clover"]["tokens"]
-        == Clover(gguf, n_ctx=4096).create_completion(more, max_tokens=16)["clover"]["tokens"]
+        == Clover(llama_gguf, n_ctx=4096).create_completion(more, max_tokens=16)["clover"]["tokens"]
     )
     other = clover.create_completion(clover.tokenize(b"A different start"), max_tokens=8)
     assert (other["clover"]["prompt_cache"], other["clover"]["prompt_kept_tokens"]) == ("none", 0)

@@ -1,6 +1,8 @@
 """`clover chat`: a multi-turn conversation in the terminal, streamed as blocks resolve.
 
-Reasoning is shown dimmed; `/think on|off` switches the template's thinking mode. Ctrl-C stops
+Reasoning is shown dimmed; `/think on|off` switches the template's thinking mode. Each turn runs
+only what the model does not hold yet (`prompt_cache`); when the history outgrows the context, the
+oldest turns are dropped (the system prompt stays) with a one-line notice. Ctrl-C stops
 the answer being written (the turn is dropped, the conversation stays as it was), Ctrl-D at the
 prompt exits. A line ending in `\\` continues on the next one; `\"\"\"` opens and closes a block of
 lines. `/save` and `/load` keep conversations as JSON: `{"thinking": bool, "messages": [...]}`.

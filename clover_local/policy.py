@@ -59,8 +59,8 @@ def check_length(prompt_len: int, s: DecodingSettings) -> None:
         fits = max(0, (s.context_limit - prompt_len) // s.block_size * s.block_size)
         raise RequestTooLong(
             f"request too long: prompt {prompt_len} tokens + {room} for {s.max_new_tokens} new tokens "
-            f"in blocks of {s.block_size} = {prompt_len + room} > the model's limit of {s.context_limit}; "
-            f"shorten the prompt or lower max_new_tokens to {fits}"
+            f"in blocks of {s.block_size} = {prompt_len + room} > the context of {s.context_limit} tokens; "
+            f"shorten the prompt, lower max_tokens (-n) to {fits} or raise the context (-c / n_ctx)"
         )
 
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 from llama_cpp import llama_cpp as ll
 
 from ..backend import Capabilities, LogitAdjustment, Routing, RowAdjustments, Verification, distribution
+from ..prompt_cache import Checkpoint, PromptCache, Reuse
 from . import capi
 
 GGML_TYPE_F32 = 0
@@ -161,6 +163,9 @@ class LlamaEngine:
             self.close()
             raise _failed("could not create a llama.cpp context")
         self.n_batch = cparams.n_batch
+        self.cache = PromptCache()  # what the sequence holds, for prompt reuse across requests
+        self.reuse = Reuse(0, "none")  # what the last prefill kept
+        self.checkpoint_at: int | None = None  # the next prefill's checkpoint position (`prefill`)
         self.n_rs_seq = ll.llama_n_rs_seq(self.ctx)
         self._adjusted = False
         self._pass_start: int | None = None  # first position of the last verification's causal rows
@@ -219,8 +224,17 @@ class LlamaEngine:
         return Capabilities(fused=True, speculative=rows > 0, max_verify_rows=rows, counts_bytes=True)
 
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        self.reset()
-        return self.commit(tokens, adj)
+        """Start a request over `tokens`, running only what the sequence does not already hold of
+        them (`prompt_cache`; `self.reuse` says what was kept). With `checkpoint_at` set (the
+        API sets it to where a chat prompt's history ends) the prompt runs as two passes, with a
+        checkpoint of the recurrent state between them for the next turn."""
+        kept = self._reuse(tokens)
+        at, self.checkpoint_at = self.checkpoint_at, None
+        if at is not None and self.cache.wants_checkpoint(tokens, kept, at):
+            self.commit(tokens[kept:at], adj)
+            self._take_checkpoint()
+            kept = at
+        return self.commit(tokens[kept:], adj)
 
     def preview(
         self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
@@ -228,7 +242,8 @@ class LlamaEngine:
         return self._preview(block, adj, logits=False, routing=routing)[:2]
 
     def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        tok, prob, _ = self._decode(tokens, adj, all_rows=False, logits=False)
+        with self._appending(tokens):
+            tok, prob, _ = self._decode(tokens, adj, all_rows=False, logits=False)
         return int(tok[-1]), float(prob[-1])
 
     # backend.SpeculativeBackend
@@ -272,11 +287,12 @@ class LlamaEngine:
         capi.llama_clover_set_head(self.ctx, False, sampled)
         causal, block = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(preview))(*preview)
         r = routing or self.default_routing
-        rc = capi.llama_clover_verify_and_draft(
-            self.ctx, SEQ, causal, len(tokens), block, len(preview), r.coreset, r.top_p
-        )
-        if rc != 0:
-            raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
+        with self._appending(tokens):
+            rc = capi.llama_clover_verify_and_draft(
+                self.ctx, SEQ, causal, len(tokens), block, len(preview), r.coreset, r.top_p
+            )
+            if rc != 0:
+                raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
         self._pass_start = start
         k, n = len(tokens), len(tokens) + len(preview)
         tok, prob = self._rows(n)
@@ -308,6 +324,7 @@ class LlamaEngine:
         if n_keep < n_past:
             if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ctx), SEQ, n_keep, -1):
                 raise _failed(f"could not roll back to {n_keep}")
+            self.cache.cut(n_keep)
 
     # backend.FusedBackend
 
@@ -337,11 +354,12 @@ class LlamaEngine:
         capi.llama_clover_set_head(self.ctx, False, False)
         causal, rows = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(block))(*block)
         r = routing or self.default_routing
-        rc = capi.llama_clover_verify_and_draft(
-            self.ctx, SEQ, causal, len(tokens), rows, len(block), r.coreset, r.top_p
-        )
-        if rc != 0:
-            raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
+        with self._appending(tokens):
+            rc = capi.llama_clover_verify_and_draft(
+                self.ctx, SEQ, causal, len(tokens), rows, len(block), r.coreset, r.top_p
+            )
+            if rc != 0:
+                raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
         k = len(tokens)
         tok, prob = self._rows(k + len(block))
         return (int(tok[k - 1]), float(prob[k - 1])), (tok[k:], prob[k:])
@@ -350,7 +368,9 @@ class LlamaEngine:
 
     def causal_logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Commit `tokens` and return their causal logits [T, V] (unadjusted)."""
-        return self._decode(tokens, LogitAdjustment.identity(self.vocab_size), all_rows=True, logits=True)[2]
+        with self._appending(tokens):
+            out = self._decode(tokens, LogitAdjustment.identity(self.vocab_size), all_rows=True, logits=True)
+        return out[2]
 
     def preview_logits(self, block: Sequence[int]) -> np.ndarray:
         """A preview's logits [B, V] (unadjusted); the state is untouched."""
@@ -360,6 +380,7 @@ class LlamaEngine:
         """Forget the sequence."""
         ll.llama_memory_clear(ll.llama_get_memory(self.ctx), True)
         self._pass_start = None
+        self.cache.held = []
 
     def state_bytes(self) -> bytes:
         """The sequence's serialized memory (K/V cells, conv and recurrent states)."""
@@ -371,6 +392,49 @@ class LlamaEngine:
     @property
     def n_past(self) -> int:
         return ll.llama_memory_seq_pos_max(ll.llama_get_memory(self.ctx), SEQ) + 1
+
+    # prompt reuse (prompt_cache)
+
+    def _reuse(self, tokens: Sequence[int]) -> int:
+        """Bring the sequence to the longest prefix of `tokens` it can keep; how many tokens that is."""
+        held = self.cache.held
+        reuse = self.cache.plan(tokens) if held is not None and len(held) == self.n_past else Reuse(0, "none")
+        if reuse.checkpoint is not None and not self._restore(reuse.checkpoint):
+            reuse = Reuse(0, "none")
+        if reuse.how == "none":
+            self.reset()
+        self.reuse = reuse
+        return reuse.kept
+
+    def _take_checkpoint(self) -> None:
+        """Copy the recurrent (GDN) state of the sequence's last position into the cache."""
+        flags = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = ll.llama_state_seq_get_size_ext(self.ctx, SEQ, flags)
+        buf = (ctypes.c_uint8 * size)()
+        if ll.llama_state_seq_get_data_ext(self.ctx, buf, size, SEQ, flags) == size:
+            self.cache.add_checkpoint(buf)
+
+    def _restore(self, checkpoint: Checkpoint) -> bool:
+        """Cut the K/V after the checkpoint's tokens and put its recurrent state back; False if
+        llama.cpp refused (the caller then starts over)."""
+        n, state = len(checkpoint.tokens), checkpoint.state
+        self._pass_start = None
+        self.cache.held = None
+        flags = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        if ll.llama_state_seq_set_data_ext(self.ctx, state, len(state), SEQ, flags) != len(state):
+            return False
+        if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ctx), SEQ, n, -1) or self.n_past != n:
+            return False
+        self.cache.held = list(checkpoint.tokens)
+        return True
+
+    @contextmanager
+    def _appending(self, tokens: Sequence[int]) -> Iterator[None]:
+        """A pass appending `tokens`: what the sequence holds is unknown until it succeeds."""
+        held, self.cache.held = self.cache.held, None
+        yield
+        self.cache.held = held
+        self.cache.append(tokens)
 
     # internals
 

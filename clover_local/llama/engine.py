@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 from llama_cpp import llama_cpp as ll
 
-from ..backend import LogitAdjustment, RowAdjustments, Verification, distribution
+from ..backend import Capabilities, LogitAdjustment, Routing, RowAdjustments, Verification, distribution
+from ..prompt_cache import Checkpoint, PromptCache, Reuse
 from . import capi
 
 GGML_TYPE_F32 = 0
@@ -80,7 +82,8 @@ class LlamaEngine:
     keeps recurrent-state snapshots of the last `block_size` rows (the GGUF's
     `clover-moe.diffusion.block_size`, llama.cpp's `n_rs_seq`) so that `rollback` can undo a
     verification: block_size more copies of every GDN layer's conv and recurrent state; `coreset` and
-    `coreset_top_p` restrict preview routing (None: the GGUF's `clover-moe.diffusion.coreset_*`);
+    `coreset_top_p` give `default_routing`, the routing of previews given none (None: the GGUF's
+    `clover-moe.diffusion.coreset_*`);
     `eval_callback` is llama.cpp's `cb_eval`, called for every graph node (tests inspect ops and
     intermediates). llama.cpp's log is dropped except error lines, which end up in `EngineError`
     messages; `log=True` leaves it on stderr and installs no Python log callback.
@@ -118,15 +121,13 @@ class LlamaEngine:
             raise EngineError(f"{model_path} is not a clover-moe GGUF")
         self.has_diffusion = bool(capi.llama_model_clover_has_diffusion(self.model))
         self.vocab_size = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(self.model))
-        self.coreset = (
+        self.default_routing = Routing(
             self._meta("clover-moe.diffusion.coreset_enabled", "true") == "true"
             if coreset is None
-            else coreset
-        )
-        self.coreset_top_p = (
+            else coreset,
             float(self._meta("clover-moe.diffusion.coreset_top_p", "0.9"))
             if coreset_top_p is None
-            else coreset_top_p
+            else coreset_top_p,
         )
 
         cparams = ll.llama_context_default_params()
@@ -154,6 +155,9 @@ class LlamaEngine:
             self.close()
             raise _failed("could not create a llama.cpp context")
         self.n_batch = cparams.n_batch
+        self.cache = PromptCache()  # what the sequence holds, for prompt reuse across requests
+        self.reuse = Reuse(0, "none")  # what the last prefill kept
+        self.checkpoint_at: int | None = None  # the next prefill's checkpoint position (`prefill`)
         self.n_rs_seq = ll.llama_n_rs_seq(self.ctx)
         self._pass_start: int | None = None  # first position of the last verification's causal rows
         # bytes the passes moved between host and model (rows and logits read, adjustment entries written)
@@ -193,26 +197,49 @@ class LlamaEngine:
 
     # backend.Backend
 
-    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        self.reset()
-        return self.commit(tokens, adj)
+    @property
+    def capabilities(self) -> Capabilities:
+        """Fused passes always; verifications of up to `n_rs_seq` rows when built `speculative`."""
+        rows = self.n_rs_seq
+        return Capabilities(fused=True, speculative=rows > 0, max_verify_rows=rows, counts_bytes=True)
 
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
+    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+        """Start a request over `tokens`, running only what the sequence does not already hold of
+        them (`prompt_cache`; `self.reuse` says what was kept). With `checkpoint_at` set (the
+        API sets it to where a chat prompt's history ends) the prompt runs as two passes, with a
+        checkpoint of the recurrent state between them for the next turn."""
+        kept = self._reuse(tokens)
+        at, self.checkpoint_at = self.checkpoint_at, None
+        if at is not None and self.cache.wants_checkpoint(tokens, kept, at):
+            self.commit(tokens[kept:at], adj)
+            self._take_checkpoint()
+            kept = at
+        return self.commit(tokens[kept:], adj)
+
+    def preview(
+        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         self._require_diffusion(block)
-        return self._pass([], block, adj.ids, adj.values[None])
+        return self._pass([], block, adj.ids, adj.values[None], routing=routing)
 
     def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         if len(tokens) == 0:
             raise ValueError("a pass needs at least one token")
         self._pass_start = None  # the snapshots now belong to this pass
-        for start in range(0, len(tokens), self.n_batch):
-            tok, prob = self._pass(tokens[start : start + self.n_batch], [], adj.ids, adj.values[None])
+        with self._appending(tokens):
+            for start in range(0, len(tokens), self.n_batch):
+                tok, prob = self._pass(tokens[start : start + self.n_batch], [], adj.ids, adj.values[None])
         return int(tok[0]), float(prob[0])
 
     # backend.SpeculativeBackend
 
     def verify_and_draft(
-        self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
+        self,
+        tokens: Sequence[int],
+        adjs: RowAdjustments,
+        preview: Sequence[int],
+        temperature: float = 0.0,
+        routing: Routing | None = None,
     ) -> Verification:
         """One pass: `tokens` run causally, keeping a recurrent-state snapshot after every row
         (`speculative=True`), then the `preview` block over the state they produce. The head picks
@@ -229,7 +256,10 @@ class LlamaEngine:
             ids, values = adjs.entries()
         else:
             ids, values = adjs.base.ids, adjs.base.values[None]
-        tok, prob = self._pass(tokens, preview, ids, values, all_causal=True, logits=sampled)
+        with self._appending(tokens):
+            tok, prob = self._pass(
+                tokens, preview, ids, values, all_causal=True, logits=sampled, routing=routing
+            )
         self._pass_start = start
         k, n = len(tokens), len(tokens) + len(preview)
         logits = self._logits(n) if sampled else None
@@ -260,11 +290,16 @@ class LlamaEngine:
         if n_keep < n_past:
             if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ctx), SEQ, n_keep, -1):
                 raise _failed(f"could not roll back to {n_keep}")
+            self.cache.cut(n_keep)
 
     # backend.FusedBackend
 
     def commit_and_preview(
-        self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
+        self,
+        tokens: Sequence[int],
+        adj: LogitAdjustment,
+        block: Sequence[int],
+        routing: Routing | None = None,
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
         """`commit(tokens, adj)` then `preview(block, adj)` in one pass: the causal rows append to
         the sequence, the block runs over the state they wrote (nothing is kept of it). No
@@ -274,10 +309,11 @@ class LlamaEngine:
         if len(tokens) == 0:
             raise ValueError("a pass needs at least one token")
         if len(tokens) + len(block) > ll.llama_n_ubatch(self.ctx):
-            return self.commit(tokens, adj), self.preview(block, adj)
+            return self.commit(tokens, adj), self.preview(block, adj, routing)
         self._require_diffusion(block)
         self._pass_start = None  # a commit: nothing to roll back
-        tok, prob = self._pass(tokens, block, adj.ids, adj.values[None])
+        with self._appending(tokens):
+            tok, prob = self._pass(tokens, block, adj.ids, adj.values[None], routing=routing)
         return (int(tok[0]), float(prob[0])), (tok[1:], prob[1:])
 
     # verification and tests
@@ -286,10 +322,11 @@ class LlamaEngine:
         """Commit `tokens` and return their causal logits [T, V] (unadjusted)."""
         self._pass_start = None
         out = []
-        for start in range(0, len(tokens), self.n_batch):
-            chunk = tokens[start : start + self.n_batch]
-            self._pass(chunk, [], *_NO_ENTRIES, all_causal=True, logits=True)
-            out.append(self._logits(len(chunk)))
+        with self._appending(tokens):
+            for start in range(0, len(tokens), self.n_batch):
+                chunk = tokens[start : start + self.n_batch]
+                self._pass(chunk, [], *_NO_ENTRIES, all_causal=True, logits=True)
+                out.append(self._logits(len(chunk)))
         return np.concatenate(out)
 
     def preview_logits(self, block: Sequence[int]) -> np.ndarray:
@@ -302,6 +339,7 @@ class LlamaEngine:
         """Forget the sequence."""
         ll.llama_memory_clear(ll.llama_get_memory(self.ctx), True)
         self._pass_start = None
+        self.cache.held = []
 
     def state_bytes(self) -> bytes:
         """The sequence's serialized memory (K/V cells, conv and recurrent states)."""
@@ -313,6 +351,49 @@ class LlamaEngine:
     @property
     def n_past(self) -> int:
         return ll.llama_memory_seq_pos_max(ll.llama_get_memory(self.ctx), SEQ) + 1
+
+    # prompt reuse (prompt_cache)
+
+    def _reuse(self, tokens: Sequence[int]) -> int:
+        """Bring the sequence to the longest prefix of `tokens` it can keep; how many tokens that is."""
+        held = self.cache.held
+        reuse = self.cache.plan(tokens) if held is not None and len(held) == self.n_past else Reuse(0, "none")
+        if reuse.checkpoint is not None and not self._restore(reuse.checkpoint):
+            reuse = Reuse(0, "none")
+        if reuse.how == "none":
+            self.reset()
+        self.reuse = reuse
+        return reuse.kept
+
+    def _take_checkpoint(self) -> None:
+        """Copy the recurrent (GDN) state of the sequence's last position into the cache."""
+        flags = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = ll.llama_state_seq_get_size_ext(self.ctx, SEQ, flags)
+        buf = (ctypes.c_uint8 * size)()
+        if ll.llama_state_seq_get_data_ext(self.ctx, buf, size, SEQ, flags) == size:
+            self.cache.add_checkpoint(buf)
+
+    def _restore(self, checkpoint: Checkpoint) -> bool:
+        """Cut the K/V after the checkpoint's tokens and put its recurrent state back; False if
+        llama.cpp refused (the caller then starts over)."""
+        n, state = len(checkpoint.tokens), checkpoint.state
+        self._pass_start = None
+        self.cache.held = None
+        flags = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        if ll.llama_state_seq_set_data_ext(self.ctx, state, len(state), SEQ, flags) != len(state):
+            return False
+        if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ctx), SEQ, n, -1) or self.n_past != n:
+            return False
+        self.cache.held = list(checkpoint.tokens)
+        return True
+
+    @contextmanager
+    def _appending(self, tokens: Sequence[int]) -> Iterator[None]:
+        """A pass appending `tokens`: what the sequence holds is unknown until it succeeds."""
+        held, self.cache.held = self.cache.held, None
+        yield
+        self.cache.held = held
+        self.cache.append(tokens)
 
     # internals
 
@@ -331,16 +412,17 @@ class LlamaEngine:
         values: np.ndarray,
         all_causal: bool = False,
         logits: bool = False,
+        routing: Routing | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """One `llama_clover_pass`: causal `tokens`, then `block` previewed after them; adjustment
-        entries `ids` [n] with `values` [rows, n, 3] (head row i takes row min(i, rows - 1)).
-        Returns the head rows' tokens and probabilities: every causal row with `all_causal`, else
-        the last one, then every block row."""
-        p = self._params
+        """One `llama_clover_pass`: causal `tokens`, then `block` previewed after them under
+        `routing` (None: `default_routing`); adjustment entries `ids` [n] with `values` [rows, n, 3]
+        (head row i takes row min(i, rows - 1)). Returns the head rows' tokens and probabilities:
+        every causal row with `all_causal`, else the last one, then every block row."""
+        p, r = self._params, routing or self.default_routing
         causal, rows = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(block))(*block)
         p.tokens, p.n_tokens, p.block, p.n_block = causal, len(tokens), rows, len(block)
         p.all_causal, p.logits = all_causal, logits
-        p.coreset, p.coreset_top_p = self.coreset, self.coreset_top_p
+        p.coreset, p.coreset_top_p = r.coreset, r.top_p
         values = np.ascontiguousarray(values, dtype=np.float32)
         ids = np.ascontiguousarray(ids, dtype=np.int32)
         if len(values) > 1:  # the same ids for every row: [rows][n] as the C API reads them

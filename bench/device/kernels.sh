@@ -12,14 +12,18 @@
 # (GGML_CUDA_MMVQ_MAX_COLS=64, GGML_CUDA_MMQ_TILE_PER_EXPERT_MAX_BATCH=512), to find the crossovers.
 #
 # Environment (all optional):
-#   STAGES    comma list of build,eval,perf,passes,upstream (default build,eval,perf,passes)
+#   STAGES    comma list of build,gen,eval,perf,passes,wide,upstream
+#             (default build,gen,eval,perf,passes; what does not fit in BUDGET_S is skipped and a
+#             second call on the still-warm machine, e.g. STAGES=build,gen,passes,wide, picks it up:
+#             the build, the model file and the logs stay in $WORK, the table covers all calls)
+#             gen: the 4-layer Q4_K_M file for `passes` (run.sh's gen + convert, while building);
 #             eval: test-backend-ops `test` of MUL_MAT_ID_SMALL / MUL_MAT_SMALL (the cases of
 #             bench/device/kernels-test-cases.patch) against the CPU, default and wide paths;
-#             perf: the same ops' perf cases at the model's shapes, legacy / default / wide;
-#             passes: bench/device/timing.py (engine passes, no simulations) on a 4-layer Q4_K_M
-#             file, legacy and default (gen + convert through run.sh, while the build runs);
+#             perf: the same ops' perf cases at the model's shapes, legacy and default;
+#             passes: bench/device/timing.py (engine passes, no simulations), legacy and default;
+#             wide: the perf cases with the new paths beyond their default limits;
 #             upstream: upstream's own MUL_MAT_ID eval cases with the wide paths
-#   BUDGET_S  seconds after which the remaining stages are skipped        (default 560)
+#   BUDGET_S  seconds after which the remaining stages are skipped        (default 550)
 #   JOBS      build jobs (default: all cores);  WORK  scratch (default /tmp/clover-kernels)
 #   LAYERS    layers of the timed file (default 4);  REPS  timing.py repetitions (default 20)
 #   GGML_CUDA, BACKEND  ON, CUDA0 (OFF, CPU: a dry run of the script on a machine without a GPU)
@@ -29,8 +33,8 @@ REPO=$(pwd)
 OUT=${OUT:-/tmp/clover-kernels-out}; mkdir -p "$OUT"
 WORK=${WORK:-/tmp/clover-kernels}; mkdir -p "$WORK"
 CARRY=${CARRY:-$REPO/.devcarry}
-STAGES=${STAGES:-build,eval,perf,passes}
-BUDGET_S=${BUDGET_S:-560}
+STAGES=${STAGES:-build,gen,eval,perf,passes}
+BUDGET_S=${BUDGET_S:-550}
 JOBS=${JOBS:-$(nproc)}
 LAYERS=${LAYERS:-4}
 REPS=${REPS:-20}
@@ -55,7 +59,7 @@ cat "$OUT/machine.txt" | tee -a "$OUT/kernels.log"
 # ---- the model file for the pass timings: run.sh's gen + convert, in the background ---------------
 RUN_PID=""
 GGUF="$WORK/run/clover-$LAYERS-q4_k_m.gguf"
-if want passes && [ ! -f "$GGUF" ]; then
+if want gen && [ ! -f "$GGUF" ]; then
   mkdir -p "$OUT/run" "$WORK/run"
   threads=$JOBS; want build && [ ! -f "$WORK/.built-$SRC_SHA" ] && threads=4
   ( STAGES=gen,convert LAYERS=$LAYERS QUANTS=q4_k_m JOBS=$threads BUDGET_S=400 OUT="$OUT/run" WORK="$WORK/run" \
@@ -101,6 +105,7 @@ if want build && [ ! -f "$WORK/.built-$SRC_SHA" ]; then
     wait "$TBO_PID" && "$CXX_USED" -o "$TBO" "$WORK/tbo.o" -L"$B/bin" -lggml -lggml-base -pthread -Wl,-rpath,"$B/bin" \
         >> "$WORK/tbo.log" 2>&1 || { tail -20 "$WORK/tbo.log" | tee -a "$OUT/kernels.log"; log "test-backend-ops did not build"; }
   fi
+  rm -rf "$WORK/logs"
   touch "$WORK/.built-$SRC_SHA"
 fi
 [ -f "$WORK/.built-$SRC_SHA" ] || { log "no build for this source: add build to STAGES"; exit 1; }
@@ -109,20 +114,21 @@ CXX_USED=$(grep -m1 '^CMAKE_CXX_COMPILER:' "$B/CMakeCache.txt" | cut -d= -f2)
 export LD_LIBRARY_PATH="$(dirname "$("$CXX_USED" -print-file-name=libstdc++.so.6)"):$B/bin:${LD_LIBRARY_PATH:-}"
 
 # ---- test-backend-ops: correctness against the CPU, then per-op timings -------------------------
+LOGS="$WORK/logs"; mkdir -p "$LOGS"  # this build's logs, of every call
 OPS="MUL_MAT_ID_SMALL,MUL_MAT_SMALL"
 WIDE=(GGML_CUDA_MMVQ_MAX_COLS=64 GGML_CUDA_MMQ_TILE_PER_EXPERT_MAX_BATCH=512)
 tbo() {  # $1 log name, $2 seconds allowed, then env assignments and test-backend-ops arguments
   local name=$1 limit=$2; shift 2
   log "test-backend-ops $name: $*"
-  timeout "$limit" env "$@" > "$OUT/tbo-$name.log" 2>&1
+  timeout "$limit" env "$@" > "$LOGS/tbo-$name.log" 2>&1
   local rc=$?
-  tail -3 "$OUT/tbo-$name.log" | tee -a "$OUT/kernels.log"
+  tail -3 "$LOGS/tbo-$name.log" | tee -a "$OUT/kernels.log"
   [ $rc -eq 124 ] && skip "tbo-$name" "timed out after $limit s (partial log kept)"
   return 0
 }
 if [ -x "$TBO" ]; then
   if want eval; then
-    tbo eval-default 90 GGML_CUDA_CLOVER_LEGACY=0 "$TBO" test -b $BACKEND -o "$OPS"
+    tbo eval-default 150 GGML_CUDA_CLOVER_LEGACY=0 "$TBO" test -b $BACKEND -o "$OPS"
     # wide moves only MUL_MAT_SMALL's paths (the MUL_MAT_ID_SMALL cases stay within 64 rows)
     tbo eval-wide 60 "${WIDE[@]}" "$TBO" test -b $BACKEND -o MUL_MAT_SMALL
   fi
@@ -139,7 +145,7 @@ fi
 
 # ---- engine passes, legacy and default, same build ------------------------------------------------
 if want passes; then
-  if [ -n "$RUN_PID" ]; then log "waiting for gen + convert"; wait "$RUN_PID"; tail -5 "$WORK/run.log" >> "$OUT/kernels.log"; fi
+  if [ -n "$RUN_PID" ]; then log "waiting for gen + convert"; wait "$RUN_PID"; RUN_PID=""; tail -5 "$WORK/run.log" >> "$OUT/kernels.log"; fi
   SITE="$WORK/site"
   rm -rf "$SITE"; mkdir -p "$SITE/llama_cpp/lib"
   cp -r "$TREE/llama_cpp/." "$SITE/llama_cpp/"
@@ -151,15 +157,15 @@ if want passes; then
       if (( $(left) < 60 )); then skip "passes-$mode" "too little time left ($(left) s)"; continue; fi
       legacy=0; [ $mode = legacy ] && legacy=1
       log "timing.py $mode on $GGUF"
-      GGML_CUDA_CLOVER_LEGACY=$legacy timeout 150 $PY bench/device/timing.py "$GGUF" --out "$OUT/passes-$mode.json" \
+      GGML_CUDA_CLOVER_LEGACY=$legacy timeout 150 $PY bench/device/timing.py "$GGUF" --out "$LOGS/passes-$mode.json" \
           --reps "$REPS" --pp 512 --no-sim --moe-chunks 0 --label "kernels-$mode" \
-          > "$OUT/passes-$mode.log" 2>&1 || { tail -15 "$OUT/passes-$mode.log" | tee -a "$OUT/kernels.log"; skip "passes-$mode" "timing.py failed"; }
+          > "$LOGS/passes-$mode.log" 2>&1 || { tail -15 "$LOGS/passes-$mode.log" | tee -a "$OUT/kernels.log"; skip "passes-$mode" "timing.py failed"; }
     done
   fi
 fi
 
 # what is left: the new paths beyond their default limits, then upstream's own MUL_MAT_ID cases
-if want perf && [ -x "$TBO" ]; then
+if want wide && [ -x "$TBO" ]; then
   if (( $(left) < 90 )); then skip perf-wide "too little time left ($(left) s)"
   else tbo perf-wide $(( $(left) - 30 < 100 ? $(left) - 30 : 100 )) "${WIDE[@]}" "$TBO" perf -b $BACKEND -o "$OPS"; fi
 fi
@@ -168,7 +174,16 @@ if want upstream && [ -x "$TBO" ] && (( $(left) > 60 )); then
 fi
 
 # ---- table + JSON --------------------------------------------------------------------------------
+if [ -n "$RUN_PID" ]; then  # gen + convert for a later call: let it finish within the budget
+  log "waiting for gen + convert (for a later call)"
+  ( sleep $(( $(left) > 10 ? $(left) : 10 )); kill "$RUN_PID" 2>/dev/null ) & KILLER=$!
+  wait "$RUN_PID"; kill "$KILLER" 2>/dev/null
+  tail -3 "$WORK/run.log" >> "$OUT/kernels.log"
+fi
 log "summary"
-$PY bench/device/kernels_table.py "$OUT" --out "$OUT/kernels.json" --build-s "$(cat "$WORK/build_s.txt" 2>/dev/null || echo 0)" \
+[ -f "$OUT/notes.jsonl" ] && cat "$OUT/notes.jsonl" >> "$LOGS/notes.jsonl"
+cp "$OUT/machine.txt" "$LOGS/"
+cp "$LOGS"/tbo-* "$LOGS"/passes-* "$OUT/" 2>/dev/null
+$PY bench/device/kernels_table.py "$LOGS" --out "$OUT/kernels.json" --build-s "$(cat "$WORK/build_s.txt" 2>/dev/null || echo 0)" \
     2>&1 | tee -a "$OUT/kernels.log"
 log "done in $(( $(date +%s) - T0 )) s"

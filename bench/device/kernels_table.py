@@ -110,12 +110,17 @@ def print_table(result: dict) -> None:
         return
     modes = ("legacy", "default")
     print("\n== engine passes (timing.py, ms, median)")
-    print(f"{'pass':24s} {'legacy':>8s} {'default':>8s}")
-    for k in (*PASS_KEYS, "pp512_ms"):
-        print(f"{k:24s} " + " ".join(cell(passes.get(m, {}).get(k), "8.3f") for m in modes))
+    print(f"{'pass':24s} {'legacy':>8s} {'default':>8s} {'x':>5s}")
     by = [passes.get(m, {}).get("preview_ms_by_coreset") or {} for m in modes]
-    for n in by[0]:
-        print(f"{'preview coreset ' + n:24s} " + " ".join(cell(b.get(n), "8.3f") for b in by))
+    rows = [(k, [passes.get(m, {}).get(k) for m in modes]) for k in (*PASS_KEYS, "pp512_ms")]
+    rows += [(f"preview coreset {n}", [b.get(n) for b in by]) for n in by[0]]
+    for name, (old, new) in rows:
+        x = (
+            f"{old / new:5.2f}"
+            if isinstance(old, (int, float)) and isinstance(new, (int, float)) and new
+            else ""
+        )
+        print(f"{name:24s} {cell(old, '8.3f')} {cell(new, '8.3f')} {x}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,8 @@
 #             eval: test-backend-ops `test` of MUL_MAT_ID_SMALL / MUL_MAT_SMALL (the cases of
 #             bench/device/kernels-test-cases.patch) against the CPU, default and wide paths;
 #             perf: the same ops' perf cases at the model's shapes, legacy and default;
-#             passes: bench/device/timing.py (engine passes, no simulations), legacy and default;
+#             passes: bench/device/timing.py (engine passes, no simulations; experts in one dispatch
+#             and in chunks of 8 rows, patch 0008's matrix-vector path), legacy and default;
 #             wide: the perf cases with the new paths beyond their default limits;
 #             upstream: upstream's own MUL_MAT_ID eval cases with the wide paths
 #   BUDGET_S  seconds after which the remaining stages are skipped        (default 550)
@@ -158,7 +159,7 @@ if want passes; then
       legacy=0; [ $mode = legacy ] && legacy=1
       log "timing.py $mode on $GGUF"
       GGML_CUDA_CLOVER_LEGACY=$legacy timeout 150 $PY bench/device/timing.py "$GGUF" --out "$LOGS/passes-$mode.json" \
-          --reps "$REPS" --pp 512 --no-sim --moe-chunks 0 --label "kernels-$mode" \
+          --reps "$REPS" --pp 512 --no-sim --moe-chunks 0,8 --label "kernels-$mode" \
           > "$LOGS/passes-$mode.log" 2>&1 || { tail -15 "$LOGS/passes-$mode.log" | tee -a "$OUT/kernels.log"; skip "passes-$mode" "timing.py failed"; }
     done
   fi

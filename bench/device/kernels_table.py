@@ -110,9 +110,10 @@ def print_table(result: dict) -> None:
         return
     modes = ("legacy", "default")
     print("\n== engine passes (timing.py, ms, median)")
-    print(f"{'pass':24s} {'legacy':>8s} {'default':>8s} {'x':>5s}")
+    print(f"{'pass':26s} {'legacy':>8s} {'default':>8s} {'x':>5s}")
     by = [passes.get(m, {}).get("preview_ms_by_coreset") or {} for m in modes]
-    rows = [(k, [passes.get(m, {}).get(k) for m in modes]) for k in (*PASS_KEYS, "pp512_ms")]
+    keys = (*PASS_KEYS, "pp512_ms", *(f"{k}_chunk8" for k in PASS_KEYS[3:]))
+    rows = [(k, [passes.get(m, {}).get(k) for m in modes]) for k in keys]
     rows += [(f"preview coreset {n}", [b.get(n) for b in by]) for n in by[0]]
     for name, (old, new) in rows:
         x = (
@@ -120,7 +121,7 @@ def print_table(result: dict) -> None:
             if isinstance(old, (int, float)) and isinstance(new, (int, float)) and new
             else ""
         )
-        print(f"{name:24s} {cell(old, '8.3f')} {cell(new, '8.3f')} {x}")
+        print(f"{name:26s} {cell(old, '8.3f')} {cell(new, '8.3f')} {x}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
             passes[mode] = {k: res.get(k) for k in PASS_KEYS}
             passes[mode]["pp512_ms"] = (res.get("pp_ms") or {}).get("512")
             passes[mode]["preview_ms_by_coreset"] = res.get("preview_ms_by_coreset")
+            # the routed experts in chunks of 8 rows (patch 0008: the matrix-vector expert kernels)
+            chunk8 = (res.get("by_moe_chunk") or {}).get("8") or {}
+            for k in ("commit_ms_per_block", "preview_ms", "preview_coreset_ms", "fused_pass_ms"):
+                passes[mode][f"{k}_chunk8"] = chunk8.get(k)
 
     notes = d / "notes.jsonl"
     result = {

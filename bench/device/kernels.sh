@@ -136,7 +136,7 @@ if [ -x "$TBO" ]; then
   if want perf; then
     for mode in legacy default; do
       if (( $(left) < 120 )); then skip "perf-$mode" "too little time left ($(left) s)"; continue; fi
-      tbo perf-$mode 100 GGML_CUDA_CLOVER_LEGACY=$([ $mode = legacy ] && echo 1 || echo 0) "$TBO" perf -b $BACKEND -o "$OPS"
+      tbo perf-$mode 110 GGML_CUDA_CLOVER_LEGACY=$([ $mode = legacy ] && echo 1 || echo 0) "$TBO" perf -b $BACKEND -o "$OPS"
     done
   fi
 else
@@ -152,6 +152,13 @@ if want passes; then
   cp -r "$TREE/llama_cpp/." "$SITE/llama_cpp/"
   cp -P "$B"/bin/lib*.so* "$SITE/llama_cpp/lib/"
   export PYTHONPATH="$SITE:$WORK/run/pure:$WORK/run/pylink:$REPO"
+  # Python loads a libstdc++ before libllama: the image's older one segfaults a library built by
+  # /opt/gcc (run.sh's runtime_check); the build compiler's, preloaded, does not
+  if [ -f "$GGUF" ] && ! timeout 60 $PY bench/device/timing.py "$GGUF" --check > "$LOGS/check.log" 2>&1; then
+    export LD_PRELOAD="$(dirname "$("$CXX_USED" -print-file-name=libstdc++.so.6)")/libstdc++.so.6"
+    log "load check failed; LD_PRELOAD=$LD_PRELOAD"
+    timeout 60 $PY bench/device/timing.py "$GGUF" --check > "$LOGS/check.log" 2>&1 || log "load check fails with it too"
+  fi
   if [ ! -f "$GGUF" ]; then skip passes "no $GGUF (see run/run.log)"
   else
     for mode in legacy default; do

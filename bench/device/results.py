@@ -173,6 +173,7 @@ def summarize(res: dict) -> None:
         "pp_tok_s",
     ):
         res[k] = head.get(k)
+    res["cpu_moe"] = cpu_moe(runs)
     base = largest("qwen35moe")
     if base:
         res["baseline_qwen35moe"] = {
@@ -187,6 +188,50 @@ def summarize(res: dict) -> None:
                 "pp_tok_s",
             )
         }
+
+
+def cpu_moe(runs: list[dict]) -> dict | None:
+    """The run with the routed experts in system RAM (tag variant `cpumoe`, issue 20): the
+    engine's passes and simulations against upstream's AR step with the same placement; the
+    passes without op offload (variant `cpumoenooffload`) beside them."""
+
+    def variant(arch: str, name: str) -> dict | None:
+        return next((r for r in runs if r["arch"] == arch and (r["quant"] or "").endswith(f"-{name}")), None)
+
+    clover, base = variant("clover-moe", "cpumoe"), variant("qwen35moe", "cpumoe")
+    if clover is None:
+        return None
+
+    def passes(r: dict) -> dict:
+        return {
+            "ar_step_ms": r.get("engine_ar_step_ms"),
+            "preview_ms": {
+                "coreset_off": r.get("preview_ms"),
+                "coreset_top_p": r.get("preview_coreset_ms"),
+                **{f"forced_{n}": ms for n, ms in (r.get("preview_ms_by_coreset") or {}).items()},
+            },
+            "commit_ms_per_block": r.get("commit_ms_per_block"),
+            "fused_pass_ms": r.get("fused_pass_ms"),
+            "causal32_ms": r.get("causal32_ms"),
+        }
+
+    out = {
+        "tag": clover["tag"],
+        "layers": clover["layers"],
+        "placement": (clover.get("settings") or {}).get("placement"),
+        **passes(clover),
+        "raw_ar_step_ms": clover.get("raw_ar_step_ms"),
+        "ar_loop_tok_s": clover.get("ar_loop_tok_s"),
+        "e2e_tok_s_by_k": clover.get("e2e_tok_s_by_k"),
+        "spec_tok_s_by_accept": clover.get("spec_tok_s_by_accept"),
+        "simulation_label": clover.get("simulation_label"),
+        "baseline_ar_step_ms": base.get("ar_step_ms") if base else None,
+        "baseline_causal32_ms": base.get("causal32_ms") if base else None,
+    }
+    no_offload = variant("clover-moe", "cpumoenooffload")
+    if no_offload:
+        out["no_op_offload"] = passes(no_offload)
+    return out
 
 
 def merge(args) -> dict:

@@ -13,6 +13,7 @@ that is closed early (or interrupted) leaves nothing behind for the next one.
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -22,10 +23,12 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from . import policy, speculative
+from . import memory, policy, speculative
 from .config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
 from .decode import Backend, BlockEvent, Event, PassEvent, Result, TokenEvent, generate, generate_ar
+from .memory import MemoryEstimate
 from .model_info import ModelFileError, ModelInfo, read_info
+from .placement import FlashAttn, Placement
 from .policy import DecodingSettings
 from .sampling import GumbelBackend
 from .textstream import CONTENT, REASONING, Delta, TextStream
@@ -188,8 +191,37 @@ class Clover:
         mode: Mode = "diffusion",
         coreset: bool | None = None,
         coreset_top_p: float | None = None,
-        flash_attn: bool | None = None,
+        flash_attn: bool | FlashAttn | None = None,
+        use_mmap: bool = True,
+        use_mlock: bool = False,
+        type_k: int | str | None = None,
+        type_v: int | str | None = None,
+        cpu_moe: bool = False,
+        n_cpu_moe: int = 0,
+        override_tensor: str | Sequence[str] = (),
+        op_offload: bool = True,
+        on_memory: Callable[[MemoryEstimate], None] | None = None,
     ):
+        """llama-cpp-python's `Llama` arguments where they exist (`flash_attn`, `use_mmap`,
+        `use_mlock`, `type_k`/`type_v`: a ggml type id or name such as "q8_0", `op_offload`), and
+        llama.cpp's placement options (`cpu_moe`, `n_cpu_moe`, `override_tensor`: "PATTERN=BUFFER"
+        entries; `flash_attn` also takes "on"/"off"/"auto"). Before loading, the memory the model
+        needs per device is estimated (`self.memory`) and handed to `on_memory` (printed to stderr
+        when `verbose`); a model that cannot fit raises `MemoryFitError` naming the options that
+        would make it fit, instead of failing inside llama.cpp."""
+        placement = Placement.from_llama_kwargs(
+            flash_attn=flash_attn,
+            type_k=type_k,
+            type_v=type_v,
+            use_mmap=use_mmap,
+            use_mlock=use_mlock,
+            cpu_moe=cpu_moe,
+            n_cpu_moe=n_cpu_moe,
+            override_tensor=(override_tensor,)
+            if isinstance(override_tensor, str)
+            else tuple(override_tensor),
+            op_offload=op_offload,
+        )
         info = read_info(model_path)
         if info.gdn_layers >= int(info.hyperparameters.get("block_count", 0)):
             raise ModelFileError(
@@ -208,15 +240,23 @@ class Clover:
         from .llama.engine import LlamaEngine
 
         _logger.set_verbose(verbose)
+        speculative_mode = mode == "speculative"
+        self.memory = memory.plan(model_path, placement, n_gpu_layers, limit, speculative_mode)
+        if on_memory is not None:
+            on_memory(self.memory)
+        elif verbose:
+            print(self.memory.line(), file=sys.stderr)
+        if not self.memory.fits:
+            raise memory.MemoryFitError(memory.summary(self.memory, placement, n_gpu_layers))
         engine = LlamaEngine(
             model_path,
             n_ctx=limit,
             n_gpu_layers=n_gpu_layers,
             n_threads=n_threads,
-            flash_attn=flash_attn,
+            placement=placement,
             coreset=coreset,
             coreset_top_p=coreset_top_p,
-            speculative=mode == "speculative",
+            speculative=speculative_mode,
             log=verbose,  # llama.cpp's own stderr log: no Python log callback while verbose
         )
         tokenizer = GgufTokenizer(engine.model)

@@ -23,13 +23,14 @@ from clover_convert.cli import convert_command
 from rich.console import Console
 from rich.table import Table
 
-from . import model_source
+from . import memory, model_source
 from .api import MODES, Clover
 from .bench import run_bench
 from .chat import ChatSession, drain
-from .config import ConfigError
+from .config import CONTEXT_LIMIT, ConfigError
 from .llama.engine import EngineError
 from .model_info import ModelFileError, read_info
+from .placement import CACHE_TYPES, Placement
 from .speculative import SpeculativeSettings
 from .tokenizer import ChatTemplateError
 from .visual import BlockView
@@ -59,41 +60,6 @@ def fail(message: str, code: int = 1) -> None:
 
 
 app.command("convert", help="Convert a Clover checkpoint to GGUF (same as clover-convert).")(convert_command)
-
-
-@app.command()
-def info(
-    model: Annotated[Path, typer.Argument(metavar="MODEL", help="A Clover .gguf file.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the metadata as JSON.")] = False,
-) -> None:
-    """Show a GGUF's metadata: architecture, sizes, quant mix, diffusion keys and tensors."""
-    try:
-        meta = read_info(model)
-    except ModelFileError as e:
-        fail(str(e))
-    if as_json:
-        print(json.dumps(meta.to_dict(), indent=2))
-        return
-    t = Table(show_header=False, box=None)
-    t.add_row("file", f"{meta.path} ({meta.file_size / 2**20:.1f} MiB)")
-    t.add_row("architecture", meta.architecture)
-    t.add_row("name", meta.name)
-    t.add_row("file type", meta.file_type)
-    t.add_row("parameters", f"{meta.n_params / 1e6:.1f} M in {meta.n_tensors} tensors")
-    t.add_row("quant mix", ", ".join(f"{k} x{v}" for k, v in meta.quant_mix.items()))
-    hp = meta.hyperparameters
-    t.add_row(
-        "trunk",
-        f"{hp.get('block_count')} layers ({meta.gdn_layers} GDN), hidden {hp.get('embedding_length')}, "
-        f"{hp.get('expert_count')} experts top-{hp.get('expert_used_count')}, "
-        f"context {hp.get('context_length')}",
-    )
-    t.add_row("vocab", f"{meta.vocab_size} tokens, mask token {meta.mask_token_id}")
-    if meta.has_diffusion_tensors:
-        t.add_row("block diffusion", "yes: " + ", ".join(f"{k}={v}" for k, v in meta.diffusion.items()))
-    else:
-        t.add_row("block diffusion", "[yellow]no[/yellow] (left-to-right only: --ar-only or upstream file)")
-    out.print(t)
 
 
 @app.command()
@@ -227,6 +193,89 @@ MODEL_OPTIONS = [
     ),
 ]
 
+
+class FlashAttnName(str, Enum):
+    on = "on"
+    off = "off"
+    auto = "auto"
+
+
+CacheType = Enum("CacheType", {t: t for t in CACHE_TYPES}, type=str)  # type: ignore[misc]
+
+# Placement options (llama.cpp's names and meanings): keyword arguments of `Clover(...)` via `load_model`.
+PLACEMENT_OPTIONS = [
+    _option(
+        "cpu_moe", bool, False, "--cpu-moe", "-cmoe", help="Keep all routed-expert weights in system RAM."
+    ),
+    _option(
+        "n_cpu_moe",
+        int,
+        0,
+        "--n-cpu-moe",
+        "-ncmoe",
+        help="Keep the routed-expert weights of the first N layers in system RAM.",
+    ),
+    _option(
+        "override_tensor",
+        list[str] | None,
+        None,
+        "--override-tensor",
+        "-ot",
+        help="PATTERN=BUFFER[,...]: tensors whose name matches the regex go to that buffer type "
+        "(CPU, CUDA0, ...); repeatable, first match wins.",
+    ),
+    _option("flash_attn", FlashAttnName, FlashAttnName.auto, "--flash-attn", "-fa", help="Flash attention."),
+    _option("cache_type_k", CacheType, CacheType.f16, "--cache-type-k", "-ctk", help="KV cache type for K."),
+    _option(
+        "cache_type_v",
+        CacheType,
+        CacheType.f16,
+        "--cache-type-v",
+        "-ctv",
+        help="KV cache type for V (quantized types need flash attention).",
+    ),
+    _option(
+        "no_mmap", bool, False, "--no-mmap", help="Read the weights into memory instead of mapping the file."
+    ),
+    _option("mlock", bool, False, "--mlock", help="Keep the weights in RAM (no swapping out)."),
+    _option(
+        "no_op_offload",
+        bool,
+        False,
+        "--no-op-offload",
+        help="Batches use the weights kept in system RAM on the CPU, instead of copying them to the GPU.",
+    ),
+]
+
+
+def placement_kwargs(
+    cpu_moe: bool,
+    n_cpu_moe: int,
+    override_tensor: list[str] | None,
+    flash_attn: FlashAttnName,
+    cache_type_k: Enum,
+    cache_type_v: Enum,
+    no_mmap: bool,
+    mlock: bool,
+    no_op_offload: bool,
+) -> dict[str, Any]:
+    """The placement options as `Clover(...)` keyword arguments (llama-cpp-python's names)."""
+    return {
+        "cpu_moe": cpu_moe,
+        "n_cpu_moe": n_cpu_moe,
+        "override_tensor": tuple(override_tensor or ()),
+        "flash_attn": flash_attn.value,
+        "type_k": cache_type_k.value,
+        "type_v": cache_type_v.value,
+        "use_mmap": not no_mmap,
+        "use_mlock": mlock,
+        "op_offload": not no_op_offload,
+    }
+
+
+# `clover info`: the loading options the memory estimate depends on
+INFO_OPTIONS = [o for o in MODEL_OPTIONS if o.name in ("mode", "n_ctx", "n_gpu_layers")]
+
 # Decoding options: keyword arguments of `create_*_completion` (None: the model's default).
 DECODING_OPTIONS = [
     _option(
@@ -273,6 +322,54 @@ def with_options(*groups: list[inspect.Parameter]) -> Callable[[Callable[..., No
     return wrap
 
 
+@app.command()
+@with_options(INFO_OPTIONS, PLACEMENT_OPTIONS)
+def info(
+    model: Annotated[Path, typer.Argument(metavar="MODEL", help="A Clover .gguf file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the metadata as JSON.")] = False,
+    *,
+    options: list[dict[str, Any]],
+) -> None:
+    """Show a GGUF's metadata (architecture, sizes, quant mix, diffusion keys and tensors) and the
+    memory it needs per device for a context (-c), a mode and a placement, without loading it."""
+    loading, placing = options
+    try:
+        meta = read_info(model)
+    except ModelFileError as e:
+        fail(str(e))
+    with user_errors():
+        n_ctx = loading["n_ctx"] if loading["n_ctx"] > 0 else CONTEXT_LIMIT
+        placement = Placement.from_llama_kwargs(**placement_kwargs(**placing))
+        speculative = loading["mode"] is ModeName.speculative
+        mem = memory.plan(model, placement, loading["n_gpu_layers"], n_ctx, speculative)
+    if as_json:
+        print(json.dumps({**meta.to_dict(), "memory": mem.to_dict()}, indent=2))
+        return
+    t = Table(show_header=False, box=None)
+    t.add_row("file", f"{meta.path} ({meta.file_size / 2**20:.1f} MiB)")
+    t.add_row("architecture", meta.architecture)
+    t.add_row("name", meta.name)
+    t.add_row("file type", meta.file_type)
+    t.add_row("parameters", f"{meta.n_params / 1e6:.1f} M in {meta.n_tensors} tensors")
+    t.add_row("quant mix", ", ".join(f"{k} x{v}" for k, v in meta.quant_mix.items()))
+    hp = meta.hyperparameters
+    t.add_row(
+        "trunk",
+        f"{hp.get('block_count')} layers ({meta.gdn_layers} GDN), hidden {hp.get('embedding_length')}, "
+        f"{hp.get('expert_count')} experts top-{hp.get('expert_used_count')}, "
+        f"context {hp.get('context_length')}",
+    )
+    t.add_row("vocab", f"{meta.vocab_size} tokens, mask token {meta.mask_token_id}")
+    if meta.has_diffusion_tensors:
+        t.add_row("block diffusion", "yes: " + ", ".join(f"{k}={v}" for k, v in meta.diffusion.items()))
+    else:
+        t.add_row("block diffusion", "[yellow]no[/yellow] (left-to-right only: --ar-only or upstream file)")
+    t.add_row("memory", mem.line().removeprefix("memory "))
+    if not mem.fits:
+        t.add_row("", "[red]" + memory.summary(mem, placement, loading["n_gpu_layers"]) + "[/red]")
+    out.print(t)
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn the errors a user can fix into one `error:` line (tracebacks only under --debug)."""
@@ -303,8 +400,10 @@ def load_model(
     refinements: int = 0,
     draft_threshold: float = 0.0,
     adaptive: bool = True,
+    placement: dict[str, Any] | None = None,
 ) -> Clover:
-    """Resolve MODEL (downloading a Hub GGUF) and load it on the chosen backend."""
+    """Resolve MODEL (downloading a Hub GGUF) and load it on the chosen backend; `placement`:
+    `placement_kwargs` (llama.cpp's options). The memory estimate goes to stderr before loading."""
     path = model_source.resolve(model, file)
     if backend is BackendName.reference:
         if not path.is_dir():
@@ -320,7 +419,14 @@ def load_model(
         )
     else:
         clover = Clover(
-            path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=threads, verbose=verbose, mode=mode.value
+            path,
+            n_ctx=n_ctx,
+            n_gpu_layers=n_gpu_layers,
+            n_threads=threads,
+            verbose=verbose,
+            mode=mode.value,
+            on_memory=lambda m: err.print(m.line(), style="dim", highlight=False, soft_wrap=True),
+            **(placement or {}),
         )
     clover.draft = SpeculativeSettings(
         draft_len=draft_len, refinements=refinements, draft_threshold=draft_threshold, adaptive=adaptive
@@ -338,7 +444,7 @@ VisualOpt = Annotated[bool, typer.Option("--visual", help="Show each block being
 
 
 @app.command()
-@with_options(MODEL_OPTIONS, DECODING_OPTIONS)
+@with_options(MODEL_OPTIONS, PLACEMENT_OPTIONS, DECODING_OPTIONS)
 def chat(
     model: ModelArg,
     system: SystemOpt = None,
@@ -348,15 +454,15 @@ def chat(
     options: list[dict[str, Any]],
 ) -> None:
     """Talk to the model: multi-turn, streamed as blocks resolve; /help lists the commands."""
-    loading, decoding = options
+    loading, placing, decoding = options
     with user_errors():
-        clover = load_model(model, **loading)
+        clover = load_model(model, **loading, placement=placement_kwargs(**placing))
     with clover, user_errors():
         ChatSession(clover, out, system=system, thinking=think, visual=visual, **_request(decoding)).run()
 
 
 @app.command()
-@with_options(MODEL_OPTIONS, DECODING_OPTIONS)
+@with_options(MODEL_OPTIONS, PLACEMENT_OPTIONS, DECODING_OPTIONS)
 def generate(
     model: ModelArg,
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.")] = None,
@@ -378,10 +484,10 @@ def generate(
     """Answer one prompt non-interactively: the answer on stdout, reasoning (dimmed) on stderr."""
     if (prompt is None) == (prompt_file is None):
         fail("give the prompt with either -p TEXT or -f FILE", code=2)
-    loading, decoding = options
+    loading, placing, decoding = options
     with user_errors():
         text = prompt if prompt is not None else _read_prompt(prompt_file)
-        clover = load_model(model, **loading)
+        clover = load_model(model, **loading, placement=placement_kwargs(**placing))
     opts = _request(decoding)
     with clover, user_errors():
         view = BlockView(clover._text, clover.mask_token_id, err, reasoning=think and not raw)
@@ -424,7 +530,7 @@ def _echo(name: str, delta: str) -> None:
 
 
 @app.command()
-@with_options(MODEL_OPTIONS)
+@with_options(MODEL_OPTIONS, PLACEMENT_OPTIONS)
 def bench(
     model: ModelArg,
     prompt_tokens: Annotated[
@@ -452,14 +558,14 @@ def bench(
     """Time prompt processing, the preview, commit and speculative passes and the AR step on one
     model, with the bytes each pass moves, then generate in every mode it runs (ar, diffusion,
     speculative) side by side."""
-    (loading,) = options
+    loading, placing = options
     with user_errors():
         path = model_source.resolve(model, loading.pop("file"))
         if loading["backend"] is BackendName.llama and path.is_file():
             # an --ar-only file: no previews to time; else the speculative snapshots, so every mode runs
             diffusion = read_info(path).has_diffusion_tensors
             loading["mode"] = ModeName.speculative if diffusion else ModeName.ar
-        clover = load_model(str(path), None, **loading)
+        clover = load_model(str(path), None, **loading, placement=placement_kwargs(**placing))
     with clover, user_errors():
         lengths = prompt_tokens or [512]
         if min(lengths) < 1:

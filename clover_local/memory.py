@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import gguf_names as gn
@@ -26,9 +26,15 @@ CTX_PAD = 256  # llama.cpp pads the context to a multiple of 256 cells
 F32 = 4
 
 
+class MemoryFitError(ValueError):
+    """The model cannot fit this machine as placed; the message names options that would help."""
+
+
 @dataclass
 class DeviceMemory:
-    """Bytes one device needs; `free` is what it has now (None: unknown)."""
+    """Bytes one device needs; `free` is what it has now (None: unknown); `mapped`: the part of
+    `weights` read from the memory-mapped file (the OS pages it in and out, so it may exceed
+    the free RAM: slow, as with llama.cpp, but it runs)."""
 
     name: str
     weights: int = 0
@@ -36,6 +42,7 @@ class DeviceMemory:
     recurrent: int = 0
     compute: int | None = None
     free: int | None = None
+    mapped: int = 0
 
     @property
     def total(self) -> int:
@@ -43,7 +50,7 @@ class DeviceMemory:
 
     @property
     def fits(self) -> bool:
-        return self.free is None or self.total <= self.free
+        return self.free is None or self.total - self.mapped <= self.free
 
     def line(self) -> str:
         parts = [f"weights {size(self.weights)}", f"KV {size(self.kv)}", f"recurrent {size(self.recurrent)}"]
@@ -59,7 +66,6 @@ class MemoryEstimate:
     devices: list[DeviceMemory]
     n_ctx: int
     snapshots: int = 0  # recurrent-state snapshots per sequence (speculative mode: the block size)
-    notes: list[str] = field(default_factory=list)
 
     @property
     def fits(self) -> bool:
@@ -189,8 +195,10 @@ def estimate(
             return where[int(m.group(1))]
         return CPU if tensor == "token_embd.weight" else where[shape.n_layer]
 
-    for name, size in shape.tensors.items():
-        devs[device_of(name)].weights += size
+    for name, nbytes in shape.tensors.items():
+        devs[device_of(name)].weights += nbytes
+    if placement.use_mmap and not placement.use_mlock:
+        devs[CPU].mapped = devs[CPU].weights
     if "output.weight" not in shape.tensors and where[shape.n_layer] != CPU:  # tied: a copy on the GPU
         devs[where[shape.n_layer]].weights += shape.tensors.get("token_embd.weight", 0)
 
@@ -263,12 +271,18 @@ def plan(
     n_ubatch: int = 512,
 ) -> MemoryEstimate:
     """The estimate for loading `path` here: this machine's devices and free memory, and the
-    compute buffers llama.cpp reserves for these parameters (needs the patched runtime)."""
-    from .llama.placement import Params, compute_buffers, devices
+    compute buffers llama.cpp reserves for these parameters. Without the patched runtime: no
+    GPUs and compute buffers unknown."""
+    from .llama import unavailable
 
     shape = ModelShape.read(path)
     snapshots = shape.block_size if speculative else 0
-    gpus = [(d.name, d.free) for d in devices() if d.offload]
-    params = Params(placement, n_gpu_layers, n_ctx, n_ubatch, n_rs_seq=snapshots)
-    compute = compute_buffers(path, params) or None
+    gpus: list[tuple[str, int | None]] = []
+    compute = None
+    if unavailable() is None:
+        from .llama.placement import Params, compute_buffers, devices
+
+        gpus = [(d.name, d.free) for d in devices() if d.offload]
+        params = Params(placement, n_gpu_layers, n_ctx, n_ubatch, n_rs_seq=snapshots)
+        compute = compute_buffers(path, params) or None
     return estimate(shape, placement, n_gpu_layers, n_ctx, snapshots, gpus, ram_available(), compute)

@@ -35,8 +35,8 @@ class PlacementError(ValueError):
 class Placement:
     """llama.cpp's placement and loading options (the defaults are llama.cpp's).
 
-    `override_tensor` entries are `PATTERN=BUFFER` (a comma-separated list is split, as
-    llama.cpp does); BUFFER is a buffer type name such as `CPU` or `CUDA0`.
+    `override_tensor` entries are `PATTERN=BUFFER` (one string or several; a comma-separated list
+    is split, as llama.cpp does); BUFFER is a buffer type name such as `CPU` or `CUDA0`.
     """
 
     cpu_moe: bool = False
@@ -50,7 +50,8 @@ class Placement:
     op_offload: bool = True
 
     def __post_init__(self) -> None:
-        split = tuple(p for entry in self.override_tensor for p in entry.split(",") if p)
+        entries = (self.override_tensor,) if isinstance(self.override_tensor, str) else self.override_tensor
+        split = tuple(p for entry in entries for p in entry.split(",") if p)
         object.__setattr__(self, "override_tensor", split)
         if self.n_cpu_moe < 0:
             raise PlacementError(f"--n-cpu-moe must be >= 0, got {self.n_cpu_moe}")

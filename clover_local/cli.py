@@ -378,10 +378,12 @@ def user_errors() -> Iterator[None]:
     except (ModelFileError, ConfigError, ChatTemplateError, ValueError, FileNotFoundError) as e:
         fail(str(e))
     except EngineError as e:
-        hint = " (out of memory? lower --n-ctx or --n-gpu-layers, or use a smaller quant)"
+        hint = " (out of memory? try --cpu-moe, -ctk q8_0 -ctv q8_0, a lower --n-ctx or --n-gpu-layers, or a smaller quant)"
         fail(str(e) + (hint if str(e).startswith("could not") else ""))
     except MemoryError:
-        fail("out of memory: lower --n-ctx or --n-gpu-layers, or use a smaller quantization")
+        fail(
+            "out of memory: try --cpu-moe, -ctk q8_0 -ctv q8_0, a lower --n-ctx or --n-gpu-layers, or a smaller quant"
+        )
     except KeyboardInterrupt:
         err.print("interrupted", style="yellow")
         raise typer.Exit(130) from None

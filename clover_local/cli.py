@@ -370,6 +370,9 @@ def info(
     out.print(t)
 
 
+OOM_OPTIONS = "--cpu-moe, -ctk q8_0 -ctv q8_0, a lower --n-ctx or --n-gpu-layers, or a smaller quant"
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn the errors a user can fix into one `error:` line (tracebacks only under --debug)."""
@@ -378,12 +381,10 @@ def user_errors() -> Iterator[None]:
     except (ModelFileError, ConfigError, ChatTemplateError, ValueError, FileNotFoundError) as e:
         fail(str(e))
     except EngineError as e:
-        hint = " (out of memory? try --cpu-moe, -ctk q8_0 -ctv q8_0, a lower --n-ctx or --n-gpu-layers, or a smaller quant)"
+        hint = f" (out of memory? try {OOM_OPTIONS})"
         fail(str(e) + (hint if str(e).startswith("could not") else ""))
     except MemoryError:
-        fail(
-            "out of memory: try --cpu-moe, -ctk q8_0 -ctv q8_0, a lower --n-ctx or --n-gpu-layers, or a smaller quant"
-        )
+        fail(f"out of memory: try {OOM_OPTIONS}")
     except KeyboardInterrupt:
         err.print("interrupted", style="yellow")
         raise typer.Exit(130) from None

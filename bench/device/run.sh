@@ -288,7 +288,10 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
   fi
   BASEMAX="$WORK/qwen35moe-$LMAX-$FIRSTQ.gguf"
   if want cpumoe && [ "$PATCHED" = 1 ] && [ -f "$LASTCLOVER" ]; then
-    CPUMOE=(--cpu-moe --pp "" --reps "${CPUMOE_REPS:-10}" --warmup 2 --moe-chunks 0 --coreset-sizes 8,16,32)
+    # the experts' matmuls run on the CPU: one thread per physical core, as llama.cpp's tools default to
+    CORES=$(lscpu -p=CORE,SOCKET 2>/dev/null | grep -v '^#' | sort -u | wc -l); (( CORES > 0 )) || CORES=$(nproc)
+    CPUMOE=(--cpu-moe --pp "" --reps "${CPUMOE_REPS:-10}" --warmup 2 --moe-chunks 0 --coreset-sizes 8,16,32
+            --threads "${CPUMOE_THREADS:-$CORES}")
     [ -f "$BASEMAX" ] && time_file "$BASEMAX" "qwen35moe-$LMAX-$FIRSTQ-cpumoe" "${CPUMOE[@]}" --no-engine
     time_file "$LASTCLOVER" "clover-$LMAX-$FIRSTQ-cpumoe" "${CPUMOE[@]}" --sim-tokens "${CPUMOE_SIM_TOKENS:-64}"
     time_file "$LASTCLOVER" "clover-$LMAX-$FIRSTQ-cpumoenooffload" "${CPUMOE[@]}" --no-op-offload --no-sim

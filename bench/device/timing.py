@@ -313,6 +313,7 @@ def run_engine(path: str, args, rng, res: dict) -> None:
         n_gpu_layers=args.ngl,
         flash_attn=args.flash_attn,
         n_ubatch=args.n_ubatch,
+        n_threads=args.threads or None,
         log=True,  # llama.cpp's log on stderr
         speculative=True,
         placement=args.placement,
@@ -437,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             "reps": args.reps,
             "warmup": args.warmup,
             "prefix": args.prefix,
+            "threads": args.threads or "llama.cpp default",
             "placement": args.placement.options(),
             "cuda_graphs_disabled_env": os.environ.get("GGML_CUDA_DISABLE_GRAPHS"),
         },

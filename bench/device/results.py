@@ -147,7 +147,8 @@ def summarize(res: dict) -> None:
                 fits.setdefault(key, {}).setdefault(mname, []).append((r["layers"], r[mname]))
     res["fits"] = {k: {m: fit(p) for m, p in v.items()} for k, v in fits.items()}
     # headline fields: the largest clover-moe run of the first quant, else the baseline's
-    quants = [r["quant"] for r in runs if r["quant"] and "-cpumoe" not in r["quant"]]  # not a placement variant
+    # (never a placement variant: those go under cpu_moe)
+    quants = [r["quant"] for r in runs if r["quant"] and "-cpumoe" not in r["quant"]]
     quant = "q4_k_m" if "q4_k_m" in quants else (quants[0] if quants else None)
     res["quant"] = quant
 

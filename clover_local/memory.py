@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import gguf_names as gn
+from .model import gguf_names as gn
 from .placement import CPU, Placement, bytes_per_element
 
 GiB = 2**30
@@ -118,7 +118,7 @@ class ModelShape:
 
     @classmethod
     def read(cls, path: str | Path) -> ModelShape:
-        from .model_info import open_gguf
+        from .model.gguf_info import open_gguf
 
         reader = open_gguf(path)
 

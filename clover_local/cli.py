@@ -66,56 +66,6 @@ for _command in entry_points(group="clover_local.commands"):
     app.command(_command.name)(_command.load())
 
 
-@app.command()
-def verify(
-    model: Annotated[Path, typer.Argument(metavar="MODEL", help="The converted .gguf file to check.")],
-    reference: Annotated[
-        Path, typer.Option("--reference", "-r", help="The checkpoint directory it was converted from.")
-    ],
-    prompt: Annotated[str, typer.Option("--prompt", "-p", help="Prompt to run through both.")] = (
-        "The quick brown fox"
-    ),
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens of greedy generation.")] = 32,
-    n_gpu_layers: Annotated[int, typer.Option("--n-gpu-layers", "-ngl", help="Layers on the GPU.")] = 0,
-    threads: Annotated[int | None, typer.Option("--threads", "-t", help="CPU threads.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-) -> None:
-    """Check a conversion: the runtime against the numpy reference on the same prompt.
-
-    Compares causal logits over the prompt, one preview pass on a partially masked block, the
-    commit, and a short greedy block-diffusion generation. Exits 1 past the file type's tolerance
-    (F32/F16/BF16: logits; quantized types: token agreement of the generation).
-    """
-    from .conversion_check import check_conversion
-
-    with user_errors():
-        read_info(model)
-        report = check_conversion(
-            model, reference, prompt, max_new_tokens=max_tokens, n_gpu_layers=n_gpu_layers, n_threads=threads
-        )
-    if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
-    else:
-        t = Table(title=f"clover verify: {model} ({report.file_type}) vs {reference}")
-        for col in ("pass", "max abs", "max rel", "argmax agreement"):
-            t.add_column(col, justify="right" if col != "pass" else "left")
-        for name in ("causal", "preview", "commit"):
-            d = getattr(report, name)
-            t.add_row(
-                f"{name} ({d.rows} rows)", f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", f"{d.argmax_agreement:.1%}"
-            )
-        out.print(t)
-        n_ref = len(report.reference_generated)
-        out.print(f"greedy generation: {report.token_agreement:.1%} of {n_ref} tokens agree")
-        if report.speculative_identical is not None:
-            same = "identical to" if report.speculative_identical else "[red]differs from[/red]"
-            out.print(f"speculative decoding: {same} left-to-right decoding on this file")
-        verdict = {True: "[green]PASS[/green]", False: "[red]FAIL[/red]", None: "no tolerance for this type"}
-        out.print(f"{verdict[report.passed]}" + "".join(f"\n  {f}" for f in report.failures))
-    if report.passed is False:
-        raise typer.Exit(1)
-
-
 class BackendName(str, Enum):
     llama = "llama"
     reference = "reference"
@@ -130,12 +80,14 @@ class ModeName(str, Enum):
 assert tuple(m.value for m in ModeName) == MODES
 
 
-def _option(name: str, kind: type, default: Any, *decls: str, help: str) -> inspect.Parameter:
+def _option(
+    name: str, kind: type, default: Any, *decls: str, help: str, metavar: str | None = None
+) -> inspect.Parameter:
     return inspect.Parameter(
         name,
         inspect.Parameter.KEYWORD_ONLY,
         default=default,
-        annotation=Annotated[kind, typer.Option(*decls, help=help)],
+        annotation=Annotated[kind, typer.Option(*decls, help=help, metavar=metavar)],
     )
 
 
@@ -227,6 +179,7 @@ PLACEMENT_OPTIONS = [
         "-ot",
         help="PATTERN=BUFFER[,...]: tensors whose name matches the regex go to that buffer type "
         "(CPU, CUDA0, ...); repeatable, first match wins.",
+        metavar="PATTERN=BUFFER",
     ),
     _option("flash_attn", FlashAttnName, FlashAttnName.auto, "--flash-attn", "-fa", help="Flash attention."),
     _option("cache_type_k", CacheType, CacheType.f16, "--cache-type-k", "-ctk", help="KV cache type for K."),
@@ -253,15 +206,15 @@ PLACEMENT_OPTIONS = [
 
 
 def placement_kwargs(
-    cpu_moe: bool,
-    n_cpu_moe: int,
-    override_tensor: list[str] | None,
-    flash_attn: FlashAttnName,
-    cache_type_k: Enum,
-    cache_type_v: Enum,
-    no_mmap: bool,
-    mlock: bool,
-    no_op_offload: bool,
+    cpu_moe: bool = False,
+    n_cpu_moe: int = 0,
+    override_tensor: list[str] | None = None,
+    flash_attn: FlashAttnName = FlashAttnName.auto,
+    cache_type_k: Enum = CacheType.f16,
+    cache_type_v: Enum = CacheType.f16,
+    no_mmap: bool = False,
+    mlock: bool = False,
+    no_op_offload: bool = False,
 ) -> dict[str, Any]:
     """The placement options as `Clover(...)` keyword arguments (llama-cpp-python's names)."""
     return {
@@ -276,6 +229,12 @@ def placement_kwargs(
         "op_offload": not no_op_offload,
     }
 
+
+KV_OPTION_NAMES = ("flash_attn", "cache_type_k", "cache_type_v")
+# where the weights live (`clover verify` fixes flash attention and the cache types itself)
+WEIGHT_OPTIONS = [
+    o for o in PLACEMENT_OPTIONS if o.name not in ("flash_attn", "cache_type_k", "cache_type_v")
+]
 
 # `clover info`: the loading options the memory estimate depends on
 INFO_OPTIONS = [o for o in MODEL_OPTIONS if o.name in ("mode", "n_ctx", "n_gpu_layers")]
@@ -375,6 +334,67 @@ def info(
 
 
 OOM_OPTIONS = "--cpu-moe, -ctk q8_0 -ctv q8_0, a lower --n-ctx or --n-gpu-layers, or a smaller quant"
+
+
+@app.command()
+@with_options(WEIGHT_OPTIONS)
+def verify(
+    model: Annotated[Path, typer.Argument(metavar="MODEL", help="The converted .gguf file to check.")],
+    reference: Annotated[
+        Path, typer.Option("--reference", "-r", help="The checkpoint directory it was converted from.")
+    ],
+    prompt: Annotated[str, typer.Option("--prompt", "-p", help="Prompt to run through both.")] = (
+        "The quick brown fox"
+    ),
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens of greedy generation.")] = 32,
+    n_gpu_layers: Annotated[int, typer.Option("--n-gpu-layers", "-ngl", help="Layers on the GPU.")] = 0,
+    threads: Annotated[int | None, typer.Option("--threads", "-t", help="CPU threads.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    *,
+    options: list[dict[str, Any]],
+) -> None:
+    """Check a conversion: the runtime against the numpy reference on the same prompt.
+
+    Compares causal logits over the prompt, one preview pass on a partially masked block, the
+    commit, and a short greedy block-diffusion generation. Exits 1 past the file type's tolerance
+    (F32/F16/BF16: logits; quantized types: token agreement of the generation). The placement
+    options move weights; the check always keeps K/V in F32 and flash attention off.
+    """
+    from .conversion_check import check_conversion
+
+    with user_errors():
+        read_info(model)
+        (placing,) = options
+        report = check_conversion(
+            model,
+            reference,
+            prompt,
+            max_new_tokens=max_tokens,
+            n_gpu_layers=n_gpu_layers,
+            n_threads=threads,
+            placement=Placement.from_llama_kwargs(**placement_kwargs(**placing)),
+        )
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        t = Table(title=f"clover verify: {model} ({report.file_type}) vs {reference}")
+        for col in ("pass", "max abs", "max rel", "argmax agreement"):
+            t.add_column(col, justify="right" if col != "pass" else "left")
+        for name in ("causal", "preview", "commit"):
+            d = getattr(report, name)
+            t.add_row(
+                f"{name} ({d.rows} rows)", f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", f"{d.argmax_agreement:.1%}"
+            )
+        out.print(t)
+        n_ref = len(report.reference_generated)
+        out.print(f"greedy generation: {report.token_agreement:.1%} of {n_ref} tokens agree")
+        if report.speculative_identical is not None:
+            same = "identical to" if report.speculative_identical else "[red]differs from[/red]"
+            out.print(f"speculative decoding: {same} left-to-right decoding on this file")
+        verdict = {True: "[green]PASS[/green]", False: "[red]FAIL[/red]", None: "no tolerance for this type"}
+        out.print(f"{verdict[report.passed]}" + "".join(f"\n  {f}" for f in report.failures))
+    if report.passed is False:
+        raise typer.Exit(1)
 
 
 @contextmanager

@@ -223,6 +223,24 @@ def estimate(
     return MemoryEstimate(used, n_ctx=n_ctx, snapshots=snapshots)
 
 
+# llama.cpp's own report of the buffers it allocated (load_tensors, llama_kv_cache,
+# llama_memory_recurrent, sched_reserve, llama_context)
+_ALLOCATED = re.compile(r"(\S+)\s+(model|KV|RS|compute|output) buffer size =\s+([\d.]+) MiB")
+_KIND = {"model": "weights", "KV": "kv", "RS": "recurrent", "compute": "compute", "output": "compute"}
+
+
+def allocated(log: str, gpus: Sequence[str] = ()) -> dict[str, dict[str, int]]:
+    """Bytes per device and kind (weights, kv, recurrent, compute) that llama.cpp's log of a load
+    reports: what the estimate is checked against. Host buffers (`CPU_Mapped`, `CUDA_Host`, ...)
+    count as the CPU's."""
+    out: dict[str, dict[str, int]] = {}
+    for buffer, kind, mib in _ALLOCATED.findall(log):
+        device = buffer if buffer in gpus else CPU
+        kinds = out.setdefault(device, dict.fromkeys(("weights", "kv", "recurrent", "compute"), 0))
+        kinds[_KIND[kind]] += int(float(mib) * 2**20)
+    return out
+
+
 def ram_available(meminfo: str = "/proc/meminfo") -> int | None:
     """`MemAvailable` in bytes (None where /proc/meminfo is absent: not Linux)."""
     try:

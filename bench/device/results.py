@@ -96,6 +96,7 @@ def run_entry(t: dict) -> dict:
         "e2e_runs",
         "spec_runs",
         "readback_bytes_per_pass",
+        "memory_check",
         "skipped",
         "settings",
         "llama_cpp_version",
@@ -228,6 +229,7 @@ def cpu_moe(runs: list[dict]) -> dict | None:
         "simulation_label": clover.get("simulation_label"),
         "baseline_ar_step_ms": base.get("ar_step_ms") if base else None,
         "baseline_causal32_ms": base.get("causal32_ms") if base else None,
+        "memory_check": clover.get("memory_check"),
     }
     no_offload = variant("clover-moe", "cpumoenooffload")
     if no_offload:

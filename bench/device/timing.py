@@ -14,12 +14,14 @@ A piece the build lacks is recorded under `skipped` with the reason, never an er
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -40,6 +42,25 @@ CORESET_SIZES = (8, 16, 32, 64, 128, 256)
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@contextlib.contextmanager
+def captured_stderr():
+    """Capture fd 2 (llama.cpp's C log) into the yielded list's one string, and pass it on."""
+    out: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield out
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            text = f.read().decode("utf-8", "replace")
+            sys.stderr.write(text)
+            out.append(text)
 
 
 def stats(samples: list[float]) -> dict:
@@ -308,17 +329,25 @@ def run_engine(path: str, args, rng, res: dict) -> None:
     if not capi.PATCHED:
         skipped["engine"] = "the installed llama_cpp has no Clover C API (unpatched build)"
         return
-    eng = LlamaEngine(
-        path,
-        n_ctx=args.n_ctx,
-        n_gpu_layers=args.ngl,
-        flash_attn=args.flash_attn,
-        n_ubatch=args.n_ubatch,
-        n_threads=args.threads or None,
-        log=True,  # llama.cpp's log on stderr
-        speculative=True,
-        placement=args.placement,
-    )
+    # the memory estimate before loading, then what llama.cpp reports allocating (its log)
+    from clover_local import memory
+
+    placement = replace(args.placement, flash_attn="on" if args.flash_attn else "off")
+    est = memory.plan(path, placement, args.ngl, args.n_ctx, speculative=True, n_ubatch=args.n_ubatch)
+    log(est.line())
+    with captured_stderr() as load_log:
+        eng = LlamaEngine(
+            path,
+            n_ctx=args.n_ctx,
+            n_gpu_layers=args.ngl,
+            n_ubatch=args.n_ubatch,
+            n_threads=args.threads or None,
+            log=True,  # llama.cpp's log on stderr
+            speculative=True,
+            placement=placement,
+        )
+    gpus = [d.name for d in est.devices if d.name != memory.CPU]
+    res["memory_check"] = {"estimate": est.to_dict(), "allocated": memory.allocated(load_log[0], gpus)}
     try:
         V = eng.vocab_size
         adj = LogitAdjustment.identity(V)

@@ -220,3 +220,23 @@ def test_a_model_that_cannot_fit_ends_in_one_line_before_loading(gguf_factory, m
     assert seen and not seen[0].fits
     # mapped weights may page: with mmap the same budget is judged on the rest only
     assert not memory.plan(gguf, Placement(), 0, 2048).fits
+
+
+@needs_llama
+def test_info_shows_the_estimate_for_a_context_and_mode(gguf_factory):
+    _, gguf = gguf_factory("tiny")
+    runs = {}
+    for mode in ("diffusion", "speculative"):
+        res = clover("info", str(gguf), "-c", "4096", "--mode", mode, "-ctk", "q8_0", "--json")
+        assert res.returncode == 0, res.stderr
+        runs[mode] = json.loads(res.stdout)["memory"]
+    plain, spec = runs["diffusion"], runs["speculative"]
+    assert plain["n_ctx"] == 4096 and (plain["snapshots"], spec["snapshots"]) == (0, 32)
+    cpu, cpu_spec = plain["devices"][CPU], spec["devices"][CPU]
+    shape_ = ModelShape.read(gguf)
+    k, v = shape_.kv_row
+    assert cpu["kv"] == len(shape_.attention_layers) * 4096 * (k * 34 / 32 + v * 2)
+    assert cpu_spec["recurrent"] == 33 * cpu["recurrent"] > 0
+    assert cpu["compute"] > 0 and plain["fits"]
+    table = clover("info", str(gguf), "-c", "4096")
+    assert "memory" in table.stdout and "context 4096" in table.stdout

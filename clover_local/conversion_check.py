@@ -22,6 +22,7 @@ from .loops import ar_loop, complete, last_result
 from .model.config import CheckpointConfig
 from .model.gguf_info import read_info
 from .model.tokenizer import CloverTokenizer
+from .placement import Placement
 from .policy import DecodingSettings
 from .reference.backend import NumpyBackend
 from .reference.model import ReferenceModel
@@ -104,10 +105,12 @@ def check_conversion(
     flash_attn: bool = False,
     f32_cache: bool = True,
     log: bool = False,
+    placement: Placement | None = None,
 ) -> ConversionReport:
     """Run the checks; the runtime defaults (no flash attention, F32 K/V) make F32 logits comparable.
 
-    `log` leaves llama.cpp's log on stderr (`LlamaEngine`).
+    `log` leaves llama.cpp's log on stderr (`LlamaEngine`); `placement`: where the weights live
+    (its flash attention and cache types give way to `flash_attn` and `f32_cache`).
     """
     from .llama.engine import LlamaEngine
 
@@ -141,6 +144,7 @@ def check_conversion(
         f32_cache=f32_cache,
         log=log,
         speculative=speculative_check,
+        placement=placement,
     ) as eng:
         causal = PassDiff.of(eng.causal_logits(ids), ref.commit(ids, state))
         preview = PassDiff.of(eng.preview_logits(block), ref.preview(block, state))

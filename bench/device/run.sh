@@ -10,6 +10,10 @@
 #             cbench: `clover bench --simulate` on the largest clover file of the first quant;
 #             nographs: its engine passes again with GGML_CUDA_DISABLE_GRAPHS=1 (what CUDA graphs buy)
 #             profile: one pass of each kind under Nsight Compute on the smallest clover file
+#             cpumoe: the largest clover file of the first quant with the routed experts in system RAM
+#             (--cpu-moe) and everything else on the GPU: upstream's AR step on its qwen35moe twin
+#             with the same placement, the engine's passes, the labelled simulations; the passes
+#             again with --no-op-offload (batches on the CPU's copy of the experts)
 #             (bench/device/profile.py: GPU time per kernel kind against the pass's wall time)
 #   LAYERS    layer counts to time, e.g. "4 8"; the largest is generated and converted, the
 #             others are its first N layers (bench/device/gguf_variant.py)          (default "4 8")
@@ -208,7 +212,7 @@ variants() {  # $1 quant, $2 arch ('' keeps clover-moe): prints the files, one p
 NPATCH=$($PY -c "import json; print(len(json.load(open('$CARRY/meta.json'))['patches']))" 2>/dev/null || echo 0)
 VPIDS=()
 for q in $QUANTS; do
-  if want baseline; then variants "$q" qwen35moe > /dev/null & VPIDS+=($!); fi
+  if want baseline || want cpumoe; then variants "$q" qwen35moe > /dev/null & VPIDS+=($!); fi
   if want clover && [ "$NPATCH" -gt 0 ]; then variants "$q" "" > /dev/null & VPIDS+=($!); fi
 done
 (( ${#VPIDS[@]} )) && { log "variants: ${#VPIDS[@]} jobs"; wait "${VPIDS[@]}"; log "variants done"; }
@@ -233,7 +237,7 @@ clover_bench() {  # $1 gguf, $2 tag: the runtime's own `clover bench` on the sam
     || { note "clover-bench-$2" "clover bench failed"; rm -f "$WORK/clover-bench-$2.json"; }
 }
 [ -n "${RETIME:-}" ] && rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
-if want baseline || want clover || want parity || want cbench || want nographs || want profile; then
+if want baseline || want clover || want parity || want cbench || want nographs || want profile || want cpumoe; then
   wait_build || note timings "no CUDA wheel"
 fi
 # The image builds with /opt/gcc (its own GCC), whose libstdc++ need not be the one the dynamic
@@ -282,6 +286,16 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
   if want cbench && [ "$PATCHED" = 1 ] && [ -f "$LASTCLOVER" ]; then clover_bench "$LASTCLOVER" "clover-$LMAX-$FIRSTQ"; fi
   if want nographs && [ "$PATCHED" = 1 ] && [ -f "$LASTCLOVER" ]; then
     GGML_CUDA_DISABLE_GRAPHS=1 time_file "$LASTCLOVER" "clover-$LMAX-$FIRSTQ-nographs" --pp "" --no-sim
+  fi
+  BASEMAX="$WORK/qwen35moe-$LMAX-$FIRSTQ.gguf"
+  if want cpumoe && [ "$PATCHED" = 1 ] && [ -f "$LASTCLOVER" ]; then
+    # the experts' matmuls run on the CPU: one thread per physical core, as llama.cpp's tools default to
+    CORES=$(lscpu -p=CORE,SOCKET 2>/dev/null | grep -v '^#' | sort -u | wc -l); (( CORES > 0 )) || CORES=$(nproc)
+    CPUMOE=(--cpu-moe --pp "" --reps "${CPUMOE_REPS:-10}" --warmup 2 --moe-chunks 0 --coreset-sizes 8,16,32
+            --threads "${CPUMOE_THREADS:-$CORES}")
+    [ -f "$BASEMAX" ] && time_file "$BASEMAX" "qwen35moe-$LMAX-$FIRSTQ-cpumoe" "${CPUMOE[@]}" --no-engine
+    time_file "$LASTCLOVER" "clover-$LMAX-$FIRSTQ-cpumoe" "${CPUMOE[@]}" --sim-tokens "${CPUMOE_SIM_TOKENS:-64}"
+    time_file "$LASTCLOVER" "clover-$LMAX-$FIRSTQ-cpumoenooffload" "${CPUMOE[@]}" --no-op-offload --no-sim
   fi
   SMALLCLOVER="$WORK/clover-$LMIN-$FIRSTQ.gguf"
   if want profile && [ "$PATCHED" = 1 ] && [ -f "$SMALLCLOVER" ] && [ ! -f "$WORK/profile.json" ]; then

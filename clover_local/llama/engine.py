@@ -87,7 +87,9 @@ class LlamaEngine:
     `coreset_top_p` restrict preview routing (None: the GGUF's `clover-moe.diffusion.coreset_*`);
     `coreset_size` > 0 forces the coreset to that many experts instead of the top_p prefix
     (benchmarks); `moe_chunk` dispatches the routed experts of passes of at most 64 rows in chunks
-    of that many rows (0: one dispatch; see `MOE_CHUNK_GPU`);
+    of that many rows (0: one dispatch; see `MOE_CHUNK_GPU`); `extra_buffer_types=False` keeps CPU
+    weights in plain buffers instead of ggml-cpu's repacked AMX / CPU_REPACK layouts (llama.cpp's
+    `use_extra_bufts`, on by default: the faster matmuls; off: the reference path to compare against);
     `eval_callback` is llama.cpp's `cb_eval`, called for every graph node (tests inspect ops and
     intermediates). llama.cpp's log is dropped except error lines, which end up in `EngineError`
     messages; `log=True` leaves it on stderr and installs no Python log callback.
@@ -109,6 +111,7 @@ class LlamaEngine:
         speculative: bool = False,
         coreset_size: int = 0,
         moe_chunk: int | None = None,
+        extra_buffer_types: bool = True,
     ):
         require_patched()
         keep_freed_memory()
@@ -118,6 +121,7 @@ class LlamaEngine:
         ll.llama_backend_init()
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        mparams.use_extra_bufts = extra_buffer_types
         self.model = ll.llama_model_load_from_file(str(model_path).encode(), mparams)
         if not self.model:
             raise _failed(f"could not load {model_path}")

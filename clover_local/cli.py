@@ -143,19 +143,27 @@ def verify(
         print(json.dumps(report.to_dict(), indent=2))
     else:
         t = Table(title=f"clover verify: {model} ({report.file_type}, {report.backend}) vs {reference}")
-        cols = ("pass", "mean KL", "p99 KL", "top-1 (clear rows)", "top-5", "other experts", "max abs")
+        cols = (
+            "pass",
+            "rel. KL mean",
+            "rel. KL p99",
+            "KL mean",
+            "top-1 clear rows",
+            "top-5",
+            "other experts",
+        )
         for col in cols:
             t.add_column(col, justify="right" if col != "pass" else "left")
         for name in ("causal", "preview", "commit"):
             d = getattr(report, name)
             t.add_row(
                 f"{name} ({d.rows} rows)",
+                f"{d.rel_kl_mean:.2g}",
+                f"{d.rel_kl_p99:.2g}",
                 f"{d.kl_mean:.2g}",
-                f"{d.kl_p99:.2g}",
-                f"{d.top1_clear:.1%} ({d.clear_rows})",
-                f"{d.top5:.1%}",
+                f"{d.top1_clear:.0%} of {d.clear_rows}",
+                f"{d.top5:.0%}",
                 f"{d.routing_flip_rows} rows",
-                f"{d.max_abs:.3g}",
             )
         out.print(t)
         n_ref = len(report.reference_generated)

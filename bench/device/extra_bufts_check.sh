@@ -46,7 +46,7 @@ check() {  # $1 label: build, run, keep the table
   cmake --build "$WORK/build" -j "$JOBS" > "$WORK/build-$1.log" 2>&1 \
     || { tail -30 "$WORK/build-$1.log" | tee -a "$OUT/extra-bufts.log"; return 1; }
   log "built ($1)"
-  "$WORK/build/extra_bufts_check" "$(( JOBS < 8 ? JOBS : 8 ))" > "$OUT/extra-bufts-$1.txt" 2>&1
+  "$WORK/build/extra_bufts_check" "$(( JOBS < 8 ? JOBS : 8 ))" > "$OUT/extra-bufts-$1.txt" 2> "$WORK/run-$1.stderr"
   log "$1: $(tail -1 "$OUT/extra-bufts-$1.txt")"
   grep -E "WRONG" "$OUT/extra-bufts-$1.txt" | head -12 | tee -a "$OUT/extra-bufts.log"
 }

@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--presets", default="tiny,small", help="make_checkpoint presets (full-width: --layers)")
     ap.add_argument("--layers", type=int, default=4, help="layers of the full-width preset")
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 3), help="per CPU verify")
+    ap.add_argument("--extra-bufts", type=Path, help="extra_bufts_check.sh's JSON, kept in the result")
     ap.add_argument("--cpu-run", help=argparse.SUPPRESS)  # the CPU side of compare(), a JSON spec
     args = ap.parse_args(argv)
     if args.cpu_run:
@@ -261,10 +262,17 @@ def main(argv: list[str] | None = None) -> int:
                 "passed": all(d.get("passed") is True for d in gpu_v[q].values()),
                 "presets": gpu_v[q],
             }
+    if args.extra_bufts and args.extra_bufts.is_file():
+        res["extra_bufts"] = json.loads(args.extra_bufts.read_text())
     res["summary"] = {
         "cpu_verify": {q: d["passed"] for q, d in res["cpu_verify"].items()},
         "gpu_verify": {q: d["passed"] for q, d in res["gpu_verify"].items()},
         "amx": "AMX_INT8 = 1" in res["cpu_features"],
+        **{
+            f"extra_bufts_{k}": len(res["extra_bufts"][k])
+            for k in ("pinned_wrong", "patched_wrong")
+            if k in res.get("extra_bufts", {})
+        },
         "cpu_repack_max_abs_diff": max(
             (f.get("cpu_repack_causal_max_abs_diff", 0.0) for p in res["files"].values() for f in p.values()),
             default=None,

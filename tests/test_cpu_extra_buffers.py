@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from clover_convert.pipeline import Options, convert, prepare
 
-from clover_local.config import CheckpointConfig
 from clover_local.llama import unavailable
+from clover_local.model.config import CheckpointConfig
 
 SKIP = unavailable()
 pytestmark = [pytest.mark.llama, pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]

@@ -1,4 +1,4 @@
-"""`clover_local.verify` on F32 and Q8_0 GGUFs of the tiny checkpoint."""
+"""`clover_local.conversion_check` (`clover verify`) on F32 and Q8_0 GGUFs of generated checkpoints."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ def gguf(ckpt, tmp_path, outtype: str):
 
 
 def run(path, ckpt, prompt="hello world", **kw):
-    from clover_local.verify import verify
+    from clover_local.conversion_check import check_conversion
 
-    return verify(
+    return check_conversion(
         path,
         ckpt,
         prompt,

@@ -36,14 +36,14 @@ from pathlib import Path
 import numpy as np
 
 from . import speculative
-from .config import CheckpointConfig
-from .decode import complete, generate_ar, last_result
-from .model_info import read_info
+from .loops import ar_loop, complete, last_result
+from .model.config import CheckpointConfig
+from .model.gguf_info import read_info
+from .model.tokenizer import CloverTokenizer
 from .policy import DecodingSettings
 from .reference.backend import NumpyBackend
 from .reference.model import ReferenceModel
 from .speculative import SpeculativeSettings
-from .tokenizer import CloverTokenizer
 
 # the router's chosen experts per row: llama.cpp's graph name and the reference's record
 TOPK_NODE = "ffn_moe_topk"
@@ -192,7 +192,7 @@ class PassMetrics:
 
 
 @dataclass
-class VerifyReport:
+class ConversionReport:
     gguf: str
     file_type: str
     backend: str  # "cpu" or "gpu": which tolerances apply
@@ -253,7 +253,7 @@ class RoutingRecorder:
         return out
 
 
-def verify(
+def check_conversion(
     gguf_path: str | Path,
     reference_checkpoint_dir: str | Path,
     prompt: str | Sequence[int] = "The quick brown fox",
@@ -264,7 +264,7 @@ def verify(
     f32_cache: bool = True,
     log: bool = False,
     extra_buffer_types: bool = True,
-) -> VerifyReport:
+) -> ConversionReport:
     """Run the checks; the runtime defaults (no flash attention, F32 K/V) make F32 logits comparable.
 
     `log` leaves llama.cpp's log on stderr (`LlamaEngine`); `extra_buffer_types=False` runs CPU
@@ -316,12 +316,12 @@ def verify(
         got = list(complete(eng, ids, settings).tokens)
         ar = spec = None
         if speculative_check:
-            ar = last_result(generate_ar(eng, ids, settings)).tokens
-            spec = last_result(speculative.generate(eng, ids, settings, SpeculativeSettings())).tokens
+            ar = last_result(ar_loop(eng, ids, settings)).tokens
+            spec = last_result(speculative.speculative_loop(eng, ids, settings, SpeculativeSettings())).tokens
         routing.take()
     expected = list(complete(NumpyBackend(ref), ids, settings).tokens)
 
-    report = VerifyReport(
+    report = ConversionReport(
         str(gguf_path),
         ftype,
         backend,

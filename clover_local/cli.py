@@ -388,16 +388,26 @@ def verify(
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens of greedy generation.")] = 32,
     n_gpu_layers: Annotated[int, typer.Option("--n-gpu-layers", "-ngl", help="Layers on the GPU.")] = 0,
     threads: Annotated[int | None, typer.Option("--threads", "-t", help="CPU threads.")] = None,
+    no_repack: Annotated[
+        bool,
+        typer.Option(
+            "--no-repack",
+            "-nr",
+            help="CPU weights in plain buffers (no AMX / repacked layouts), as llama.cpp's.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     *,
     options: list[dict[str, Any]],
 ) -> None:
     """Check a conversion: the runtime against the numpy reference on the same prompt.
 
-    Compares causal logits over the prompt, one preview pass on a partially masked block, the
-    commit, and a short greedy block-diffusion generation. Exits 1 past the file type's tolerance
-    (F32/F16/BF16: logits; quantized types: token agreement of the generation). The placement
-    options move weights; the check always keeps K/V in F32 and flash attention off.
+    Runs the causal pass over the prompt, one preview pass on a partially masked block, the commit
+    and a short greedy block-diffusion generation. Each pass is judged by the KL divergence of the
+    two softmax distributions, top-1 agreement on rows with a clear reference argmax and top-5
+    overlap, with tolerances per file type and for CPU or GPU; rows routed to other experts than
+    the reference are counted. Exits 1 past the tolerance. The placement options move weights;
+    the check always keeps K/V in F32 and flash attention off.
     """
     from .conversion_check import check_conversion
 
@@ -413,21 +423,40 @@ def verify(
             n_gpu_layers=n_gpu_layers,
             n_threads=threads,
             placement=Placement.from_llama_kwargs(**placement_kwargs(**placing)),
+            extra_buffer_types=not no_repack,
         )
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
-        t = Table(title=f"clover verify: {model} ({report.file_type}) vs {reference}")
-        for col in ("pass", "max abs", "max rel", "argmax agreement"):
+        t = Table(title=f"clover verify: {model} ({report.file_type}, {report.backend}) vs {reference}")
+        cols = (
+            "pass",
+            "rel. KL mean",
+            "rel. KL p99",
+            "KL mean",
+            "top-1 clear rows",
+            "top-5",
+            "other experts",
+        )
+        for col in cols:
             t.add_column(col, justify="right" if col != "pass" else "left")
         for name in ("causal", "preview", "commit"):
             d = getattr(report, name)
             t.add_row(
-                f"{name} ({d.rows} rows)", f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", f"{d.argmax_agreement:.1%}"
+                f"{name} ({d.rows} rows)",
+                f"{d.rel_kl_mean:.2g}",
+                f"{d.rel_kl_p99:.2g}",
+                f"{d.kl_mean:.2g}",
+                f"{d.top1_clear:.0%} of {d.clear_rows}",
+                f"{d.top5:.0%}",
+                f"{d.routing_flip_rows} rows",
             )
         out.print(t)
         n_ref = len(report.reference_generated)
-        out.print(f"greedy generation: {report.token_agreement:.1%} of {n_ref} tokens agree")
+        judged = (
+            "" if report.tolerance and report.tolerance.generation is not None else " (reported, not judged)"
+        )
+        out.print(f"greedy generation: {report.token_agreement:.1%} of {n_ref} tokens agree{judged}")
         if report.speculative_identical is not None:
             same = "identical to" if report.speculative_identical else "[red]differs from[/red]"
             out.print(f"speculative decoding: {same} left-to-right decoding on this file")

@@ -30,13 +30,18 @@ def pristine(tmp_path_factory) -> Path:
 
 
 def test_series_is_numbered_and_in_format_patch_style():
-    patches = build.series()
-    assert [p.name[:4] for p in patches] == [f"{i:04d}" for i in range(1, len(patches) + 1)]
-    for p in patches:
-        head = p.read_text().splitlines()[:4]
-        assert head[0].startswith("From ") and head[3].startswith(
-            f"Subject: [PATCH {int(p.name[:4])}/{len(patches)}]"
-        )
+    """Numbered in groups of a hundred (00xx Clover, 02xx fixes of ggml-cpu), each from x01 on."""
+    groups: dict[int, list[Path]] = {}
+    for p in build.series():
+        groups.setdefault(int(p.name[:4]) // 100, []).append(p)
+    for group, patches in groups.items():
+        first = group * 100 + 1
+        assert [int(p.name[:4]) for p in patches] == list(range(first, first + len(patches)))
+        for p in patches:
+            head = p.read_text().splitlines()[:4]
+            n = int(p.name[:4])
+            subject = f"Subject: [PATCH {n}/{len(patches)}]" if group == 0 else "Subject: [PATCH"
+            assert head[0].startswith("From ") and head[3].startswith(subject), p.name
 
 
 def test_each_patch_applies_in_order_to_the_pristine_tree(pristine):

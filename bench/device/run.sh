@@ -15,6 +15,10 @@
 #             with the same placement, the engine's passes, the labelled simulations; the passes
 #             again with --no-op-offload (batches on the CPU's copy of the experts)
 #             (bench/device/profile.py: GPU time per kernel kind against the pass's wall time)
+#             extrabufts: ggml-cpu's AMX / CPU_REPACK matmuls against plain buffers, the pinned
+#             kernel and patch 0201, in a native CPU-only ggml build (bench/device/extra_bufts_check.sh)
+#             parity: `clover verify` on CPU (extra buffer types on and off) and GPU, presets
+#             $PARITY_PRESETS (default tiny,small; full-width = its first 4 layers)
 #   LAYERS    layer counts to time, e.g. "4 8"; the largest is generated and converted, the
 #             others are its first N layers (bench/device/gguf_variant.py)          (default "4 8")
 #   QUANTS    converter outtypes, e.g. "q4_k_m q8_0"                     (default "q4_k_m")
@@ -217,6 +221,18 @@ for q in $QUANTS; do
 done
 (( ${#VPIDS[@]} )) && { log "variants: ${#VPIDS[@]} jobs"; wait "${VPIDS[@]}"; log "variants done"; }
 
+# ---- ggml-cpu extra buffer types (no CUDA wheel needed) --------------------------------------
+if want extrabufts; then
+  if [ -f "$OUT/extra_bufts.json" ]; then log "extrabufts: kept from an earlier call"
+  elif (( $(left) < 150 )); then note extrabufts "too little time left ($(left) s)"
+  else
+    log "extrabufts: AMX / CPU_REPACK matmuls vs plain buffers, pinned kernel then patch 0201"
+    OUT="$OUT" WORK="$WORK/xb" CARRY="$CARRY" JOBS=$JOBS bash bench/device/extra_bufts_check.sh 2>&1 | tail -16 \
+      | tee -a "$OUT/run.log"
+    [ -f "$OUT/extra_bufts.json" ] || note extrabufts "check failed (extra-bufts.log)"
+  fi
+fi
+
 # ---- timings ---------------------------------------------------------------------------------
 time_file() {  # $1 gguf, $2 tag, then extra timing.py arguments; a file timed by an earlier call is kept
   local f=$1 tag=$2 need=$(( 40 + $(stat -c %s "$1") / 1000000000 * 4 ))
@@ -321,8 +337,9 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
     elif [ -f "$WORK/parity.json" ]; then log "parity: kept from an earlier call"
     elif (( $(left) < 60 )); then note parity "too little time left"
     else
-      log "parity: clover verify on tiny models, all layers on the GPU"
-      $PY bench/device/parity.py --out "$WORK/parity.json" 2>&1 | tail -40 | tee -a "$OUT/run.log" \
+      log "parity: clover verify on the CPU (extra buffer types on and off) and the GPU"
+      $PY bench/device/parity.py --out "$WORK/parity.json" --presets "${PARITY_PRESETS:-tiny,small}" \
+          --extra-bufts "$OUT/extra_bufts.json" 2>&1 | grep -E '^\[' | tail -40 | tee -a "$OUT/run.log" \
         || note parity "parity run failed"
     fi
   fi

@@ -93,7 +93,10 @@ class LlamaEngine:
     (benchmarks); `moe_chunk` dispatches the routed experts of passes of at most 64 rows in chunks
     of that many rows (0: one dispatch; see `MOE_CHUNK_GPU`); `placement` holds llama.cpp's
     placement and loading options (expert tensors on the CPU, cache types, flash attention, mmap;
-    `flash_attn` and `f32_cache` are shorthands that override its values);
+    `flash_attn` and `f32_cache` are shorthands that override its values); `extra_buffer_types=False`
+    keeps CPU weights in plain buffers instead of ggml-cpu's repacked AMX / CPU_REPACK layouts
+    (llama.cpp's `use_extra_bufts`, on by default: the faster matmuls; off: the reference path to
+    compare against);
     `eval_callback` is llama.cpp's `cb_eval`, called for every graph node (tests inspect ops and
     intermediates). llama.cpp's log is dropped except error lines, which end up in `EngineError`
     messages; `log=True` leaves it on stderr and installs no Python log callback.
@@ -116,6 +119,7 @@ class LlamaEngine:
         coreset_size: int = 0,
         moe_chunk: int | None = None,
         placement: Placement | None = None,
+        extra_buffer_types: bool = True,
     ):
         require_patched()
         keep_freed_memory()
@@ -131,6 +135,7 @@ class LlamaEngine:
         self.placement = placement
         params = Params(placement, n_gpu_layers, n_ctx, n_ubatch, n_rs_seq=0, n_threads=n_threads)
         mparams, cparams = params.model, params.context
+        mparams.use_extra_bufts = extra_buffer_types
         self.model = ll.llama_model_load_from_file(str(model_path).encode(), mparams)
         if not self.model:
             raise _failed(f"could not load {model_path}")

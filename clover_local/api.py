@@ -15,6 +15,7 @@ where its prompt repeats them.
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -24,13 +25,15 @@ from typing import Any, Literal, Protocol, cast
 
 import numpy as np
 
-from . import limits, policy, speculative
+from . import limits, memory, policy, speculative
 from .backend import Backend, Routing, SpeculativeBackend
 from .loops import BlockEvent, Event, PassEvent, Result, TokenEvent, ar_loop, diffusion_loop
+from .memory import MemoryEstimate
 from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
 from .model.decoding_parameters import from_request
 from .model.gguf_info import ModelFileError, ModelInfo, read_info
 from .model.tokenizer import THINK_END, THINK_START, CloverTokenizer
+from .placement import FlashAttn, Placement
 from .policy import DecodingSettings
 from .prompt_cache import Reuse
 from .sampling import GumbelBackend
@@ -183,16 +186,45 @@ class Clover:
         mode: Mode = "diffusion",
         coreset: bool | None = None,
         coreset_top_p: float | None = None,
-        flash_attn: bool | None = None,
+        flash_attn: bool | FlashAttn | None = None,
+        use_mmap: bool = True,
+        use_mlock: bool = False,
+        type_k: int | str | None = None,
+        type_v: int | str | None = None,
+        cpu_moe: bool = False,
+        n_cpu_moe: int = 0,
+        override_tensor: str | Sequence[str] = (),
+        op_offload: bool = True,
+        on_memory: Callable[[MemoryEstimate], None] | None = None,
         **llama_args: Any,
     ):
-        """`llama_args`: llama-cpp-python's other constructor arguments (`LLAMA_ARGS_WITHOUT_EFFECT`),
-        accepted so that code written for `Llama` runs unchanged; they change nothing here."""
+        """llama-cpp-python's `Llama` arguments where they exist (`flash_attn`, `use_mmap`,
+        `use_mlock`, `type_k`/`type_v`: a ggml type id or name such as "q8_0", `op_offload`), and
+        llama.cpp's placement options (`cpu_moe`, `n_cpu_moe`, `override_tensor`: "PATTERN=BUFFER"
+        entries; `flash_attn` also takes "on"/"off"/"auto"). Before loading, the memory the model
+        needs per device is estimated (`self.memory`) and handed to `on_memory` (printed to stderr
+        when `verbose`); a model that cannot fit raises `MemoryFitError` naming the options that
+        would make it fit, instead of failing inside llama.cpp. `llama_args`: llama-cpp-python's
+        other constructor arguments (`LLAMA_ARGS_WITHOUT_EFFECT`), accepted so that code written
+        for `Llama` runs unchanged; they change nothing here."""
         for name in set(llama_args) - LLAMA_ARGS_WITHOUT_EFFECT:
             raise TypeError(f"Clover() got an unexpected keyword argument {name!r}")
         limits.check_all({"n_ctx": n_ctx, "n_gpu_layers": n_gpu_layers, "n_threads": n_threads})
         limits.check_all({k: llama_args.get(k) for k in ("n_threads_batch", "n_batch")})
         limits.check("coreset_top_p", coreset_top_p)
+        placement = Placement.from_llama_kwargs(
+            flash_attn=flash_attn,
+            type_k=type_k,
+            type_v=type_v,
+            use_mmap=use_mmap,
+            use_mlock=use_mlock,
+            cpu_moe=cpu_moe,
+            n_cpu_moe=n_cpu_moe,
+            override_tensor=(override_tensor,)
+            if isinstance(override_tensor, str)
+            else tuple(override_tensor),
+            op_offload=op_offload,
+        )
         info = read_info(model_path)
         if info.gdn_layers >= int(info.hyperparameters.get("block_count", 0)):
             raise ModelFileError(
@@ -211,15 +243,23 @@ class Clover:
         from .llama.tokenizer import GgufTokenizer
 
         _logger.set_verbose(verbose)
+        speculative_mode = mode == "speculative"
+        self.memory = memory.plan(model_path, placement, n_gpu_layers, limit, speculative_mode)
+        if on_memory is not None:
+            on_memory(self.memory)
+        elif verbose:
+            print(self.memory.line(), file=sys.stderr)
+        if not self.memory.fits:
+            raise memory.MemoryFitError(memory.summary(self.memory, placement, n_gpu_layers))
         engine = LlamaEngine(
             model_path,
             n_ctx=limit,
             n_gpu_layers=n_gpu_layers,
             n_threads=n_threads,
-            flash_attn=flash_attn,
+            placement=placement,
             coreset=coreset,
             coreset_top_p=coreset_top_p,
-            speculative=mode == "speculative",
+            speculative=speculative_mode,
             log=verbose,  # llama.cpp's own stderr log: no Python log callback while verbose
         )
         tokenizer = GgufTokenizer(engine.model)
@@ -632,11 +672,11 @@ class Sampling:
 
 # llama-cpp-python's constructor arguments that mean nothing for Clover: accepted, no effect
 LLAMA_ARGS_WITHOUT_EFFECT = frozenset(
-    "split_mode main_gpu tensor_split vocab_only use_mmap use_mlock kv_overrides seed n_batch n_ubatch "
-    "n_threads_batch rope_scaling_type pooling_type rope_freq_base rope_freq_scale yarn_ext_factor "
-    "yarn_attn_factor yarn_beta_fast yarn_beta_slow yarn_orig_ctx logits_all embedding offload_kqv "
-    "op_offload swa_full no_perf last_n_tokens_size lora_base lora_scale lora_path numa chat_format "
-    "chat_handler draft_model tokenizer type_k type_v spm_infill rpc_servers".split()
+    "split_mode main_gpu tensor_split vocab_only kv_overrides seed n_batch n_ubatch n_threads_batch "
+    "rope_scaling_type pooling_type rope_freq_base rope_freq_scale yarn_ext_factor yarn_attn_factor "
+    "yarn_beta_fast yarn_beta_slow yarn_orig_ctx logits_all embedding offload_kqv swa_full no_perf "
+    "last_n_tokens_size lora_base lora_scale lora_path numa chat_format chat_handler draft_model "
+    "tokenizer spm_infill rpc_servers".split()
 )
 # Clover's own decoding overrides a request may carry (`Clover.decoding_settings`)
 DECODING_OVERRIDES = frozenset(

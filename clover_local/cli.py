@@ -23,16 +23,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__, limits
+from . import __version__, limits, memory
 from .api import MODES, Clover
 from .bench import run_bench
 from .chat import ChatSession, drain
 from .llama.engine import EngineError
 from .model import location
-from .model.config import ConfigError
+from .model.config import CONTEXT_LIMIT, ConfigError
 from .model.decoding_parameters import PARAMETERS
 from .model.gguf_info import ModelFileError, read_info
 from .model.tokenizer import ChatTemplateError
+from .placement import CACHE_TYPES, Placement
 from .speculative import SpeculativeSettings
 from .visual import BlockView
 
@@ -96,92 +97,6 @@ for _command in entry_points(group="clover_local.commands"):
     app.command(_command.name)(_command.load())
 
 
-@app.command()
-def info(
-    model: Annotated[Path, typer.Argument(metavar="MODEL", help="A Clover .gguf file.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the metadata as JSON.")] = False,
-) -> None:
-    """Show a GGUF's metadata: architecture, sizes, quant mix, diffusion keys and tensors."""
-    try:
-        meta = read_info(model)
-    except ModelFileError as e:
-        fail(str(e))
-    if as_json:
-        print(json.dumps(meta.to_dict(), indent=2))
-        return
-    t = Table(show_header=False, box=None)
-    t.add_row("file", f"{meta.path} ({meta.file_size / 2**20:.1f} MiB)")
-    t.add_row("architecture", meta.architecture)
-    t.add_row("name", meta.name)
-    t.add_row("file type", meta.file_type)
-    t.add_row("parameters", f"{meta.n_params / 1e6:.1f} M in {meta.n_tensors} tensors")
-    t.add_row("quant mix", ", ".join(f"{k} x{v}" for k, v in meta.quant_mix.items()))
-    hp = meta.hyperparameters
-    t.add_row(
-        "trunk",
-        f"{hp.get('block_count')} layers ({meta.gdn_layers} GDN), hidden {hp.get('embedding_length')}, "
-        f"{hp.get('expert_count')} experts top-{hp.get('expert_used_count')}, "
-        f"context {hp.get('context_length')}",
-    )
-    t.add_row("vocab", f"{meta.vocab_size} tokens, mask token {meta.mask_token_id}")
-    if meta.has_diffusion_tensors:
-        t.add_row("block diffusion", "yes: " + ", ".join(f"{k}={v}" for k, v in meta.diffusion.items()))
-    else:
-        t.add_row("block diffusion", "[yellow]no[/yellow] (left-to-right only: --ar-only or upstream file)")
-    out.print(t)
-
-
-@app.command()
-def verify(
-    model: Annotated[Path, typer.Argument(metavar="MODEL", help="The converted .gguf file to check.")],
-    reference: Annotated[
-        Path, typer.Option("--reference", "-r", help="The checkpoint directory it was converted from.")
-    ],
-    prompt: Annotated[str, typer.Option("--prompt", "-p", help="Prompt to run through both.")] = (
-        "The quick brown fox"
-    ),
-    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens of greedy generation.")] = 32,
-    n_gpu_layers: Annotated[int, typer.Option("--n-gpu-layers", "-ngl", help="Layers on the GPU.")] = 0,
-    threads: Annotated[int | None, typer.Option("--threads", "-t", help="CPU threads.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-) -> None:
-    """Check a conversion: the runtime against the numpy reference on the same prompt.
-
-    Compares causal logits over the prompt, one preview pass on a partially masked block, the
-    commit, and a short greedy block-diffusion generation. Exits 1 past the file type's tolerance
-    (F32/F16/BF16: logits; quantized types: token agreement of the generation).
-    """
-    from .conversion_check import check_conversion
-
-    check_options({"max_tokens": max_tokens, "n_gpu_layers": n_gpu_layers, "threads": threads})
-    with user_errors():
-        read_info(model)
-        report = check_conversion(
-            model, reference, prompt, max_new_tokens=max_tokens, n_gpu_layers=n_gpu_layers, n_threads=threads
-        )
-    if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
-    else:
-        t = Table(title=f"clover verify: {model} ({report.file_type}) vs {reference}")
-        for col in ("pass", "max abs", "max rel", "argmax agreement"):
-            t.add_column(col, justify="right" if col != "pass" else "left")
-        for name in ("causal", "preview", "commit"):
-            d = getattr(report, name)
-            t.add_row(
-                f"{name} ({d.rows} rows)", f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", f"{d.argmax_agreement:.1%}"
-            )
-        out.print(t)
-        n_ref = len(report.reference_generated)
-        out.print(f"greedy generation: {report.token_agreement:.1%} of {n_ref} tokens agree")
-        if report.speculative_identical is not None:
-            same = "identical to" if report.speculative_identical else "[red]differs from[/red]"
-            out.print(f"speculative decoding: {same} left-to-right decoding on this file")
-        verdict = {True: "[green]PASS[/green]", False: "[red]FAIL[/red]", None: "no tolerance for this type"}
-        out.print(f"{verdict[report.passed]}" + "".join(f"\n  {f}" for f in report.failures))
-    if report.passed is False:
-        raise typer.Exit(1)
-
-
 class BackendName(str, Enum):
     llama = "llama"
     reference = "reference"
@@ -196,12 +111,14 @@ class ModeName(str, Enum):
 assert tuple(m.value for m in ModeName) == MODES
 
 
-def _option(name: str, kind: type, default: Any, *decls: str, help: str) -> inspect.Parameter:
+def _option(
+    name: str, kind: type, default: Any, *decls: str, help: str, metavar: str | None = None
+) -> inspect.Parameter:
     return inspect.Parameter(
         name,
         inspect.Parameter.KEYWORD_ONLY,
         default=default,
-        annotation=Annotated[kind, typer.Option(*decls, help=help)],
+        annotation=Annotated[kind, typer.Option(*decls, help=help, metavar=metavar)],
     )
 
 
@@ -263,8 +180,96 @@ MODEL_OPTIONS = [
     ),
 ]
 
+
+class FlashAttnName(str, Enum):
+    on = "on"
+    off = "off"
+    auto = "auto"
+
+
+CacheType = Enum("CacheType", {t: t for t in CACHE_TYPES}, type=str)  # type: ignore[misc]
+
+# Placement options (llama.cpp's names and meanings): keyword arguments of `Clover(...)` via `load_model`.
+PLACEMENT_OPTIONS = [
+    _option(
+        "cpu_moe", bool, False, "--cpu-moe", "-cmoe", help="Keep all routed-expert weights in system RAM."
+    ),
+    _option(
+        "n_cpu_moe",
+        int,
+        0,
+        "--n-cpu-moe",
+        "-ncmoe",
+        help="Keep the routed-expert weights of the first N layers in system RAM.",
+    ),
+    _option(
+        "override_tensor",
+        list[str] | None,
+        None,
+        "--override-tensor",
+        "-ot",
+        help="PATTERN=BUFFER[,...]: tensors whose name matches the regex go to that buffer type "
+        "(CPU, CUDA0, ...); repeatable, first match wins.",
+        metavar="PATTERN=BUFFER",
+    ),
+    _option("flash_attn", FlashAttnName, FlashAttnName.auto, "--flash-attn", "-fa", help="Flash attention."),
+    _option("cache_type_k", CacheType, CacheType.f16, "--cache-type-k", "-ctk", help="KV cache type for K."),
+    _option(
+        "cache_type_v",
+        CacheType,
+        CacheType.f16,
+        "--cache-type-v",
+        "-ctv",
+        help="KV cache type for V (quantized types need flash attention).",
+    ),
+    _option(
+        "no_mmap", bool, False, "--no-mmap", help="Read the weights into memory instead of mapping the file."
+    ),
+    _option("mlock", bool, False, "--mlock", help="Keep the weights in RAM (no swapping out)."),
+    _option(
+        "no_op_offload",
+        bool,
+        False,
+        "--no-op-offload",
+        help="Batches use the weights kept in system RAM on the CPU, instead of copying them to the GPU.",
+    ),
+]
+
+
+def placement_kwargs(
+    cpu_moe: bool = False,
+    n_cpu_moe: int = 0,
+    override_tensor: list[str] | None = None,
+    flash_attn: FlashAttnName = FlashAttnName.auto,
+    cache_type_k: Enum = CacheType.f16,
+    cache_type_v: Enum = CacheType.f16,
+    no_mmap: bool = False,
+    mlock: bool = False,
+    no_op_offload: bool = False,
+) -> dict[str, Any]:
+    """The placement options as `Clover(...)` keyword arguments (llama-cpp-python's names)."""
+    return {
+        "cpu_moe": cpu_moe,
+        "n_cpu_moe": n_cpu_moe,
+        "override_tensor": tuple(override_tensor or ()),
+        "flash_attn": flash_attn.value,
+        "type_k": cache_type_k.value,
+        "type_v": cache_type_v.value,
+        "use_mmap": not no_mmap,
+        "use_mlock": mlock,
+        "op_offload": not no_op_offload,
+    }
+
+
+KV_OPTION_NAMES = ("flash_attn", "cache_type_k", "cache_type_v")
+# where the weights live (`clover verify` fixes flash attention and the cache types itself)
+WEIGHT_OPTIONS = [o for o in PLACEMENT_OPTIONS if o.name not in KV_OPTION_NAMES]
+
 # bench runs every mode the file allows, side by side: no --mode
 BENCH_OPTIONS = [p for p in MODEL_OPTIONS if p.name != "mode"]
+
+# `clover info`: the loading options the memory estimate depends on
+INFO_OPTIONS = [o for o in MODEL_OPTIONS if o.name in ("mode", "n_ctx", "n_gpu_layers")]
 
 # Decoding options: keyword arguments of `create_*_completion` (None: the model's default).
 # the decoding parameters' options come from their table; default: the model's (its GGUF keys)
@@ -318,6 +323,149 @@ def check_options(*groups: dict[str, Any]) -> None:
         fail(str(e), code=2)
 
 
+@app.command()
+@with_options(INFO_OPTIONS, PLACEMENT_OPTIONS)
+def info(
+    model: Annotated[Path, typer.Argument(metavar="MODEL", help="A Clover .gguf file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the metadata as JSON.")] = False,
+    *,
+    options: list[dict[str, Any]],
+) -> None:
+    """Show a GGUF's metadata (architecture, sizes, quant mix, diffusion keys and tensors) and the
+    memory it needs per device for a context (-c), a mode and a placement, without loading it."""
+    loading, placing = options
+    check_options(loading, placing)
+    try:
+        meta = read_info(model)
+    except ModelFileError as e:
+        fail(str(e))
+    with user_errors():
+        n_ctx = loading["n_ctx"] if loading["n_ctx"] > 0 else CONTEXT_LIMIT
+        placement = Placement.from_llama_kwargs(**placement_kwargs(**placing))
+        speculative = loading["mode"] is ModeName.speculative
+        mem = memory.plan(model, placement, loading["n_gpu_layers"], n_ctx, speculative)
+    if as_json:
+        print(json.dumps({**meta.to_dict(), "memory": mem.to_dict()}, indent=2))
+        return
+    t = Table(show_header=False, box=None)
+    t.add_row("file", f"{meta.path} ({meta.file_size / 2**20:.1f} MiB)")
+    t.add_row("architecture", meta.architecture)
+    t.add_row("name", meta.name)
+    t.add_row("file type", meta.file_type)
+    t.add_row("parameters", f"{meta.n_params / 1e6:.1f} M in {meta.n_tensors} tensors")
+    t.add_row("quant mix", ", ".join(f"{k} x{v}" for k, v in meta.quant_mix.items()))
+    hp = meta.hyperparameters
+    t.add_row(
+        "trunk",
+        f"{hp.get('block_count')} layers ({meta.gdn_layers} GDN), hidden {hp.get('embedding_length')}, "
+        f"{hp.get('expert_count')} experts top-{hp.get('expert_used_count')}, "
+        f"context {hp.get('context_length')}",
+    )
+    t.add_row("vocab", f"{meta.vocab_size} tokens, mask token {meta.mask_token_id}")
+    if meta.has_diffusion_tensors:
+        t.add_row("block diffusion", "yes: " + ", ".join(f"{k}={v}" for k, v in meta.diffusion.items()))
+    else:
+        t.add_row("block diffusion", "[yellow]no[/yellow] (left-to-right only: --ar-only or upstream file)")
+    t.add_row("memory", mem.line().removeprefix("memory "))
+    if not mem.fits:
+        t.add_row("", "[red]" + memory.summary(mem, placement, loading["n_gpu_layers"]) + "[/red]")
+    out.print(t)
+
+
+OOM_OPTIONS = "--cpu-moe, -ctk q8_0 -ctv q8_0, a lower --n-ctx or --n-gpu-layers, or a smaller quant"
+
+
+@app.command()
+@with_options(WEIGHT_OPTIONS)
+def verify(
+    model: Annotated[Path, typer.Argument(metavar="MODEL", help="The converted .gguf file to check.")],
+    reference: Annotated[
+        Path, typer.Option("--reference", "-r", help="The checkpoint directory it was converted from.")
+    ],
+    prompt: Annotated[str, typer.Option("--prompt", "-p", help="Prompt to run through both.")] = (
+        "The quick brown fox"
+    ),
+    max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens of greedy generation.")] = 32,
+    n_gpu_layers: Annotated[int, typer.Option("--n-gpu-layers", "-ngl", help="Layers on the GPU.")] = 0,
+    threads: Annotated[int | None, typer.Option("--threads", "-t", help="CPU threads.")] = None,
+    no_repack: Annotated[
+        bool,
+        typer.Option(
+            "--no-repack",
+            "-nr",
+            help="CPU weights in plain buffers (no AMX / repacked layouts), as llama.cpp's.",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    *,
+    options: list[dict[str, Any]],
+) -> None:
+    """Check a conversion: the runtime against the numpy reference on the same prompt.
+
+    Runs the causal pass over the prompt, one preview pass on a partially masked block, the commit
+    and a short greedy block-diffusion generation. Each pass is judged by the KL divergence of the
+    two softmax distributions, top-1 agreement on rows with a clear reference argmax and top-5
+    overlap, with tolerances per file type and for CPU or GPU; rows routed to other experts than
+    the reference are counted. Exits 1 past the tolerance. The placement options move weights;
+    the check always keeps K/V in F32 and flash attention off.
+    """
+    from .conversion_check import check_conversion
+
+    (placing,) = options
+    check_options({"max_tokens": max_tokens, "n_gpu_layers": n_gpu_layers, "threads": threads}, placing)
+    with user_errors():
+        read_info(model)
+        report = check_conversion(
+            model,
+            reference,
+            prompt,
+            max_new_tokens=max_tokens,
+            n_gpu_layers=n_gpu_layers,
+            n_threads=threads,
+            placement=Placement.from_llama_kwargs(**placement_kwargs(**placing)),
+            extra_buffer_types=not no_repack,
+        )
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        t = Table(title=f"clover verify: {model} ({report.file_type}, {report.backend}) vs {reference}")
+        cols = (
+            "pass",
+            "rel. KL mean",
+            "rel. KL p99",
+            "KL mean",
+            "top-1 clear rows",
+            "top-5",
+            "other experts",
+        )
+        for col in cols:
+            t.add_column(col, justify="right" if col != "pass" else "left")
+        for name in ("causal", "preview", "commit"):
+            d = getattr(report, name)
+            t.add_row(
+                f"{name} ({d.rows} rows)",
+                f"{d.rel_kl_mean:.2g}",
+                f"{d.rel_kl_p99:.2g}",
+                f"{d.kl_mean:.2g}",
+                f"{d.top1_clear:.0%} of {d.clear_rows}",
+                f"{d.top5:.0%}",
+                f"{d.routing_flip_rows} rows",
+            )
+        out.print(t)
+        n_ref = len(report.reference_generated)
+        judged = (
+            "" if report.tolerance and report.tolerance.generation is not None else " (reported, not judged)"
+        )
+        out.print(f"greedy generation: {report.token_agreement:.1%} of {n_ref} tokens agree{judged}")
+        if report.speculative_identical is not None:
+            same = "identical to" if report.speculative_identical else "[red]differs from[/red]"
+            out.print(f"speculative decoding: {same} left-to-right decoding on this file")
+        verdict = {True: "[green]PASS[/green]", False: "[red]FAIL[/red]", None: "no tolerance for this type"}
+        out.print(f"{verdict[report.passed]}" + "".join(f"\n  {f}" for f in report.failures))
+    if report.passed is False:
+        raise typer.Exit(1)
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn the errors a user can fix into one `error:` line (tracebacks only under --debug)."""
@@ -326,10 +474,10 @@ def user_errors() -> Iterator[None]:
     except (ModelFileError, ConfigError, ChatTemplateError, ValueError, FileNotFoundError) as e:
         fail(str(e))
     except EngineError as e:
-        hint = " (out of memory? lower --n-ctx or --n-gpu-layers, or use a smaller quant)"
+        hint = f" (out of memory? try {OOM_OPTIONS})"
         fail(str(e) + (hint if str(e).startswith("could not") else ""))
     except MemoryError:
-        fail("out of memory: lower --n-ctx or --n-gpu-layers, or use a smaller quantization")
+        fail(f"out of memory: try {OOM_OPTIONS}")
     except KeyboardInterrupt:
         err.print("interrupted", style="yellow")
         raise typer.Exit(130) from None
@@ -348,8 +496,10 @@ def load_model(
     refinements: int = 0,
     draft_threshold: float = 0.0,
     adaptive: bool = True,
+    placement: dict[str, Any] | None = None,
 ) -> Clover:
-    """Resolve MODEL (downloading a Hub GGUF) and load it on the chosen backend."""
+    """Resolve MODEL (downloading a Hub GGUF) and load it on the chosen backend; `placement`:
+    `placement_kwargs` (llama.cpp's options). The memory estimate goes to stderr before loading."""
     path = location.resolve(model, file)
     if backend is BackendName.reference:
         if not path.is_dir():
@@ -365,7 +515,14 @@ def load_model(
         )
     else:
         clover = Clover(
-            path, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=threads, verbose=verbose, mode=mode.value
+            path,
+            n_ctx=n_ctx,
+            n_gpu_layers=n_gpu_layers,
+            n_threads=threads,
+            verbose=verbose,
+            mode=mode.value,
+            on_memory=lambda m: err.print(m.line(), style="dim", highlight=False, soft_wrap=True),
+            **(placement or {}),
         )
     clover.draft = SpeculativeSettings(
         draft_len=draft_len, refinements=refinements, draft_threshold=draft_threshold, adaptive=adaptive
@@ -396,7 +553,7 @@ VisualOpt = Annotated[bool, typer.Option("--visual", help="Show each block being
 
 
 @app.command()
-@with_options(MODEL_OPTIONS, DECODING_OPTIONS)
+@with_options(MODEL_OPTIONS, PLACEMENT_OPTIONS, DECODING_OPTIONS)
 def chat(
     model: ModelArg,
     system: SystemOpt = None,
@@ -406,17 +563,17 @@ def chat(
     options: list[dict[str, Any]],
 ) -> None:
     """Talk to the model: multi-turn, streamed as blocks resolve; /help lists the commands."""
-    loading, decoding = options
-    check_options(loading, decoding)
+    loading, placing, decoding = options
+    check_options(loading, placing, decoding)
     with user_errors(), err.status(f"loading {model}", spinner="dots"):
-        clover = load_model(model, **loading)
+        clover = load_model(model, **loading, placement=placement_kwargs(**placing))
     err.print(loaded_line(clover, loading), style="dim", highlight=False)
     with clover, user_errors():
         ChatSession(clover, out, system=system, thinking=think, visual=visual, **_request(decoding)).run()
 
 
 @app.command()
-@with_options(MODEL_OPTIONS, DECODING_OPTIONS)
+@with_options(MODEL_OPTIONS, PLACEMENT_OPTIONS, DECODING_OPTIONS)
 def generate(
     model: ModelArg,
     prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.")] = None,
@@ -438,11 +595,11 @@ def generate(
     """Answer one prompt non-interactively: the answer on stdout, reasoning (dimmed) on stderr."""
     if (prompt is None) == (prompt_file is None):
         fail("give the prompt with either -p TEXT or -f FILE", code=2)
-    loading, decoding = options
-    check_options(loading, decoding)
+    loading, placing, decoding = options
+    check_options(loading, placing, decoding)
     with user_errors():
         text = prompt if prompt is not None else _read_prompt(prompt_file)
-        clover = load_model(model, **loading)
+        clover = load_model(model, **loading, placement=placement_kwargs(**placing))
     opts = _request(decoding)
     with clover, user_errors():
         view = BlockView(clover._text, clover.mask_token_id, err, reasoning=think and not raw)
@@ -485,7 +642,7 @@ def _echo(name: str, delta: str) -> None:
 
 
 @app.command()
-@with_options(BENCH_OPTIONS)
+@with_options(BENCH_OPTIONS, PLACEMENT_OPTIONS)
 def bench(
     model: ModelArg,
     prompt_tokens: Annotated[
@@ -513,8 +670,8 @@ def bench(
     """Time prompt processing, the preview, commit and speculative passes and the AR step on one
     model, with the bytes each pass moves, then generate in every mode it runs (ar, diffusion,
     speculative) side by side."""
-    (loading,) = options
-    check_options(loading)
+    loading, placing = options
+    check_options(loading, placing)
     for flag, n in (
         ("--gen-tokens", gen_tokens),
         ("--repeats", repeats),
@@ -529,7 +686,7 @@ def bench(
             # an --ar-only file: no previews to time; else the speculative snapshots, so every mode runs
             diffusion = read_info(path).has_diffusion_tensors
             mode = ModeName.speculative if diffusion else ModeName.ar
-        clover = load_model(str(path), None, mode=mode, **loading)
+        clover = load_model(str(path), None, mode=mode, **loading, placement=placement_kwargs(**placing))
     with clover, user_errors():
         lengths = prompt_tokens or [512]
         res = run_bench(clover, lengths, gen_tokens, repeats, simulate)

@@ -56,6 +56,7 @@ RANGES: dict[str, Range] = {
     "n_threads_batch": Range(1, GGML_MAX_N_THREADS, integer=True),
     "threads": Range(1, GGML_MAX_N_THREADS, integer=True),
     "n_batch": Range(1, integer=True),
+    "n_cpu_moe": Range(0, integer=True),
     "draft_len": Range(1, MAX_BLOCK_SIZE, integer=True),
     "refinements": Range(0, 64, integer=True),
     "draft_threshold": UNIT,

@@ -61,7 +61,8 @@ def reference_run(ckpt: Path, ids: list[int], **kw: object):
 
 
 def one_error_line(res: subprocess.CompletedProcess[str], code: int = 1) -> str:
-    lines = res.stderr.strip().splitlines()
+    """The error line; a model that loaded said its memory estimate first (one `memory` line)."""
+    lines = [line for line in res.stderr.strip().splitlines() if not line.startswith("memory (")]
     assert res.returncode == code and len(lines) == 1 and lines[0].startswith("error: "), res.stderr
     assert "Traceback" not in res.stderr and res.stdout == ""
     return lines[0]

@@ -30,7 +30,7 @@ def pristine(tmp_path_factory) -> Path:
 
 
 def test_series_is_numbered_and_in_format_patch_style():
-    # two numbered groups: 00xx the model (llama.cpp's src/), 01xx ggml-cuda kernels, each 1..n
+    # groups: 00xx the model (llama.cpp's src/), 01xx ggml-cuda kernels, 02xx ggml-cpu fixes; each 1..n
     patches = build.series()
     groups: dict[int, list[Path]] = {}
     for p in patches:
@@ -40,7 +40,8 @@ def test_series_is_numbered_and_in_format_patch_style():
         assert [p.name[:4] for p in members] == [f"{100 * g + i:04d}" for i in range(1, len(members) + 1)]
         for i, p in enumerate(members, 1):
             head = p.read_text().splitlines()[:4]
-            assert head[0].startswith("From ") and head[3].startswith(f"Subject: [PATCH {i}/{len(members)}]")
+            numbered = f"Subject: [PATCH {i}/{len(members)}]" if len(members) > 1 else "Subject: [PATCH"
+            assert head[0].startswith("From ") and head[3].startswith(numbered), p.name
 
 
 def test_kernel_patches_touch_only_ggml_cuda():

@@ -96,6 +96,7 @@ def run_entry(t: dict) -> dict:
         "e2e_runs",
         "spec_runs",
         "readback_bytes_per_pass",
+        "memory_check",
         "skipped",
         "settings",
         "llama_cpp_version",
@@ -147,7 +148,8 @@ def summarize(res: dict) -> None:
                 fits.setdefault(key, {}).setdefault(mname, []).append((r["layers"], r[mname]))
     res["fits"] = {k: {m: fit(p) for m, p in v.items()} for k, v in fits.items()}
     # headline fields: the largest clover-moe run of the first quant, else the baseline's
-    quants = [r["quant"] for r in runs if r["quant"]]
+    # (never a placement variant: those go under cpu_moe)
+    quants = [r["quant"] for r in runs if r["quant"] and "-cpumoe" not in r["quant"]]
     quant = "q4_k_m" if "q4_k_m" in quants else (quants[0] if quants else None)
     res["quant"] = quant
 
@@ -173,6 +175,7 @@ def summarize(res: dict) -> None:
         "pp_tok_s",
     ):
         res[k] = head.get(k)
+    res["cpu_moe"] = cpu_moe(runs)
     base = largest("qwen35moe")
     if base:
         res["baseline_qwen35moe"] = {
@@ -187,6 +190,51 @@ def summarize(res: dict) -> None:
                 "pp_tok_s",
             )
         }
+
+
+def cpu_moe(runs: list[dict]) -> dict | None:
+    """The run with the routed experts in system RAM (tag variant `cpumoe`, issue 20): the
+    engine's passes and simulations against upstream's AR step with the same placement; the
+    passes without op offload (variant `cpumoenooffload`) beside them."""
+
+    def variant(arch: str, name: str) -> dict | None:
+        return next((r for r in runs if r["arch"] == arch and (r["quant"] or "").endswith(f"-{name}")), None)
+
+    clover, base = variant("clover-moe", "cpumoe"), variant("qwen35moe", "cpumoe")
+    if clover is None:
+        return None
+
+    def passes(r: dict) -> dict:
+        return {
+            "ar_step_ms": r.get("engine_ar_step_ms"),
+            "preview_ms": {
+                "coreset_off": r.get("preview_ms"),
+                "coreset_top_p": r.get("preview_coreset_ms"),
+                **{f"forced_{n}": ms for n, ms in (r.get("preview_ms_by_coreset") or {}).items()},
+            },
+            "commit_ms_per_block": r.get("commit_ms_per_block"),
+            "fused_pass_ms": r.get("fused_pass_ms"),
+            "causal32_ms": r.get("causal32_ms"),
+        }
+
+    out = {
+        "tag": clover["tag"],
+        "layers": clover["layers"],
+        "placement": (clover.get("settings") or {}).get("placement"),
+        **passes(clover),
+        "raw_ar_step_ms": clover.get("raw_ar_step_ms"),
+        "ar_loop_tok_s": clover.get("ar_loop_tok_s"),
+        "e2e_tok_s_by_k": clover.get("e2e_tok_s_by_k"),
+        "spec_tok_s_by_accept": clover.get("spec_tok_s_by_accept"),
+        "simulation_label": clover.get("simulation_label"),
+        "baseline_ar_step_ms": base.get("ar_step_ms") if base else None,
+        "baseline_causal32_ms": base.get("causal32_ms") if base else None,
+        "memory_check": clover.get("memory_check"),
+    }
+    no_offload = variant("clover-moe", "cpumoenooffload")
+    if no_offload:
+        out["no_op_offload"] = passes(no_offload)
+    return out
 
 
 def merge(args) -> dict:

@@ -12,7 +12,15 @@
 #             legacy: every clover file of the first quant again with GGML_CUDA_CLOVER_LEGACY=1 (the
 #             01xx kernels back on upstream's paths, same build: before/after), tag <file>-legacy
 #             profile: one pass of each kind under Nsight Compute on the smallest clover file
+#             cpumoe: the largest clover file of the first quant with the routed experts in system RAM
+#             (--cpu-moe) and everything else on the GPU: upstream's AR step on its qwen35moe twin
+#             with the same placement, the engine's passes, the labelled simulations; the passes
+#             again with --no-op-offload (batches on the CPU's copy of the experts)
 #             (bench/device/profile.py: GPU time per kernel kind against the pass's wall time)
+#             extrabufts: ggml-cpu's AMX / CPU_REPACK matmuls against plain buffers, the pinned
+#             kernel and patch 0201, in a native CPU-only ggml build (bench/device/extra_bufts_check.sh)
+#             parity: `clover verify` on CPU (extra buffer types on and off) and GPU, presets
+#             $PARITY_PRESETS (default tiny,small; full-width = its first 4 layers)
 #   LAYERS    layer counts to time, e.g. "4 8"; the largest is generated and converted, the
 #             others are its first N layers (bench/device/gguf_variant.py)          (default "4 8")
 #   QUANTS    converter outtypes, e.g. "q4_k_m q8_0"                     (default "q4_k_m")
@@ -210,10 +218,22 @@ variants() {  # $1 quant, $2 arch ('' keeps clover-moe): prints the files, one p
 NPATCH=$($PY -c "import json; print(len(json.load(open('$CARRY/meta.json'))['patches']))" 2>/dev/null || echo 0)
 VPIDS=()
 for q in $QUANTS; do
-  if want baseline; then variants "$q" qwen35moe > /dev/null & VPIDS+=($!); fi
+  if want baseline || want cpumoe; then variants "$q" qwen35moe > /dev/null & VPIDS+=($!); fi
   if want clover && [ "$NPATCH" -gt 0 ]; then variants "$q" "" > /dev/null & VPIDS+=($!); fi
 done
 (( ${#VPIDS[@]} )) && { log "variants: ${#VPIDS[@]} jobs"; wait "${VPIDS[@]}"; log "variants done"; }
+
+# ---- ggml-cpu extra buffer types (no CUDA wheel needed) --------------------------------------
+if want extrabufts; then
+  if [ -f "$OUT/extra_bufts.json" ]; then log "extrabufts: kept from an earlier call"
+  elif (( $(left) < 150 )); then note extrabufts "too little time left ($(left) s)"
+  else
+    log "extrabufts: AMX / CPU_REPACK matmuls vs plain buffers, pinned kernel then patch 0201"
+    OUT="$OUT" WORK="$WORK/xb" CARRY="$CARRY" JOBS=$JOBS bash bench/device/extra_bufts_check.sh 2>&1 | tail -16 \
+      | tee -a "$OUT/run.log"
+    [ -f "$OUT/extra_bufts.json" ] || note extrabufts "check failed (extra-bufts.log)"
+  fi
+fi
 
 # ---- timings ---------------------------------------------------------------------------------
 time_file() {  # $1 gguf, $2 tag, then extra timing.py arguments; a file timed by an earlier call is kept
@@ -235,7 +255,7 @@ clover_bench() {  # $1 gguf, $2 tag: the runtime's own `clover bench` on the sam
     || { note "clover-bench-$2" "clover bench failed"; rm -f "$WORK/clover-bench-$2.json"; }
 }
 [ -n "${RETIME:-}" ] && rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
-if want baseline || want clover || want parity || want cbench || want nographs || want legacy || want profile; then
+if want baseline || want clover || want parity || want cbench || want nographs || want legacy || want profile || want cpumoe; then
   wait_build || note timings "no CUDA wheel"
 fi
 # The image builds with /opt/gcc (its own GCC), whose libstdc++ need not be the one the dynamic
@@ -290,6 +310,16 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
   if want nographs && [ "$PATCHED" = 1 ] && [ -f "$LASTCLOVER" ]; then
     GGML_CUDA_DISABLE_GRAPHS=1 time_file "$LASTCLOVER" "clover-$LMAX-$FIRSTQ-nographs" --pp "" --no-sim
   fi
+  BASEMAX="$WORK/qwen35moe-$LMAX-$FIRSTQ.gguf"
+  if want cpumoe && [ "$PATCHED" = 1 ] && [ -f "$LASTCLOVER" ]; then
+    # the experts' matmuls run on the CPU: one thread per physical core, as llama.cpp's tools default to
+    CORES=$(lscpu -p=CORE,SOCKET 2>/dev/null | grep -v '^#' | sort -u | wc -l); (( CORES > 0 )) || CORES=$(nproc)
+    CPUMOE=(--cpu-moe --pp "" --reps "${CPUMOE_REPS:-10}" --warmup 2 --moe-chunks 0 --coreset-sizes 8,16,32
+            --threads "${CPUMOE_THREADS:-$CORES}")
+    [ -f "$BASEMAX" ] && time_file "$BASEMAX" "qwen35moe-$LMAX-$FIRSTQ-cpumoe" "${CPUMOE[@]}" --no-engine
+    time_file "$LASTCLOVER" "clover-$LMAX-$FIRSTQ-cpumoe" "${CPUMOE[@]}" --sim-tokens "${CPUMOE_SIM_TOKENS:-64}"
+    time_file "$LASTCLOVER" "clover-$LMAX-$FIRSTQ-cpumoenooffload" "${CPUMOE[@]}" --no-op-offload --no-sim
+  fi
   SMALLCLOVER="$WORK/clover-$LMIN-$FIRSTQ.gguf"
   if want profile && [ "$PATCHED" = 1 ] && [ -f "$SMALLCLOVER" ] && [ ! -f "$WORK/profile.json" ]; then
     if ! command -v ncu > /dev/null; then note profile "no ncu on the PATH"
@@ -314,8 +344,9 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
     elif [ -f "$WORK/parity.json" ]; then log "parity: kept from an earlier call"
     elif (( $(left) < 60 )); then note parity "too little time left"
     else
-      log "parity: clover verify on tiny models, all layers on the GPU"
-      $PY bench/device/parity.py --out "$WORK/parity.json" 2>&1 | tail -40 | tee -a "$OUT/run.log" \
+      log "parity: clover verify on the CPU (extra buffer types on and off) and the GPU"
+      $PY bench/device/parity.py --out "$WORK/parity.json" --presets "${PARITY_PRESETS:-tiny,small}" \
+          --extra-bufts "$OUT/extra_bufts.json" 2>&1 | grep -E '^\[' | tail -40 | tee -a "$OUT/run.log" \
         || note parity "parity run failed"
     fi
   fi

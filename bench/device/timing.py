@@ -14,13 +14,16 @@ A piece the build lacks is recorded under `skipped` with the reason, never an er
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +42,25 @@ CORESET_SIZES = (8, 16, 32, 64, 128, 256)
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@contextlib.contextmanager
+def captured_stderr():
+    """Capture fd 2 (llama.cpp's C log) into the yielded list's one string, and pass it on."""
+    out: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield out
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            text = f.read().decode("utf-8", "replace")
+            sys.stderr.write(text)
+            out.append(text)
 
 
 def stats(samples: list[float]) -> dict:
@@ -75,24 +97,23 @@ class Raw:
         n_batch: int,
         n_ubatch: int,
         threads: int | None,
+        placement=None,
     ):
+        from clover_local.llama.placement import Params
+        from clover_local.placement import Placement
+
         # llama.cpp's own stderr log, in the run's stderr file (no Python log callback)
         ll.llama_log_set(ll.llama_log_callback(), ctypes.c_void_p(0))
         ll.llama_backend_init()
-        mp = ll.llama_model_default_params()
-        mp.n_gpu_layers = ngl
+        placement = replace(placement or Placement(), flash_attn="on" if flash_attn else "off")
+        params = Params(placement, ngl, n_ctx, n_ubatch, n_rs_seq=0, n_threads=threads)
         t0 = time.perf_counter()
-        self.model = ll.llama_model_load_from_file(path.encode(), mp)
+        self.model = ll.llama_model_load_from_file(path.encode(), params.model)
         if not self.model:
             raise SystemExit(f"error: could not load {path}")
         self.load_s = time.perf_counter() - t0
-        cp = ll.llama_context_default_params()
-        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = n_ctx, n_batch, n_ubatch, 1
-        if threads:
-            cp.n_threads = cp.n_threads_batch = threads
-        cp.flash_attn_type = (
-            ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
+        cp = params.context
+        cp.n_batch = n_batch
         self.ctx = ll.llama_init_from_model(self.model, cp)
         if not self.ctx:
             raise SystemExit("error: could not create a context")
@@ -271,7 +292,7 @@ def engine_passes(eng, args, rng, adj, mask: int, chunk: int) -> dict:
         log(f"  preview (coreset {mode}): {st['median']:.3f} ms")
 
     sizes = {}
-    for n in CORESET_SIZES:
+    for n in args.coreset_sizes:
         eng.bench_tuning(coreset_size=n, moe_chunk=chunk)
         sizes[str(n)] = timed(
             lambda: eng.preview(block(), adj, Routing(True, top_p)), args.reps, args.warmup
@@ -317,15 +338,30 @@ def run_engine(path: str, args, rng, res: dict) -> None:
     if not capi.PATCHED:
         skipped["engine"] = "the installed llama_cpp has no Clover C API (unpatched build)"
         return
-    eng = LlamaEngine(
-        path,
-        n_ctx=args.n_ctx,
-        n_gpu_layers=args.ngl,
-        flash_attn=args.flash_attn,
-        n_ubatch=args.n_ubatch,
-        log=True,  # llama.cpp's log on stderr
-        speculative=True,
-    )
+    # the memory estimate before loading, then what llama.cpp reports allocating (its log)
+    from clover_local import memory
+
+    placement = replace(args.placement, flash_attn="on" if args.flash_attn else "off")
+    try:
+        est = memory.plan(path, placement, args.ngl, args.n_ctx, speculative=True, n_ubatch=args.n_ubatch)
+        log(est.line())
+    except Exception as e:  # the timings go on without the check
+        est = None
+        skipped["memory_check"] = f"{type(e).__name__}: {e}"
+    with captured_stderr() as load_log:
+        eng = LlamaEngine(
+            path,
+            n_ctx=args.n_ctx,
+            n_gpu_layers=args.ngl,
+            n_ubatch=args.n_ubatch,
+            n_threads=args.threads or None,
+            log=True,  # llama.cpp's log on stderr
+            speculative=True,
+            placement=placement,
+        )
+    if est is not None:
+        gpus = [d.name for d in est.devices if d.name != memory.CPU]
+        res["memory_check"] = {"estimate": est.to_dict(), "allocated": memory.allocated(load_log[0], gpus)}
     try:
         V = eng.vocab_size
         adj = LogitAdjustment.identity(V)
@@ -354,7 +390,7 @@ def run_engine(path: str, args, rng, res: dict) -> None:
             res["byte_floor"] = {**floor, "bandwidth_bytes_per_s": bw, "bandwidth": how}
             res["preview_floor_ms_by_coreset"] = {
                 str(n): (floor["dense_bytes"] + n * floor["expert_bytes"] * floor["layers"]) / (bw / 2) * 1e3
-                for n in CORESET_SIZES
+                for n in args.coreset_sizes
             }
 
         if args.no_sim:
@@ -410,6 +446,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-engine", action="store_true", help="plain C API timings only")
     ap.add_argument("--moe-chunks", default="0,8", help="engine routed-expert chunk settings to time")
     ap.add_argument("--sim-tokens", type=int, default=256, help="tokens per simulated generation")
+    ap.add_argument(
+        "--coreset-sizes", default=",".join(map(str, CORESET_SIZES)), help="forced coreset sizes to time"
+    )
+    ap.add_argument(
+        "--cpu-moe", action="store_true", help="routed experts in system RAM (llama.cpp's --cpu-moe)"
+    )
+    ap.add_argument(
+        "--no-op-offload",
+        action="store_true",
+        help="llama.cpp's --no-op-offload: batches use host weights on the CPU (no copy to the GPU)",
+    )
     ap.add_argument("--no-sim", action="store_true", help="no loop simulations (pass timings only)")
     ap.add_argument("--label", default="")
     ap.add_argument(
@@ -418,6 +465,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.pp = [int(x) for x in args.pp.split(",") if x.strip()]
     args.moe_chunks = [int(x) for x in args.moe_chunks.split(",") if x.strip()]
+    args.coreset_sizes = [int(x) for x in args.coreset_sizes.split(",") if x.strip()]
+    from clover_local.placement import Placement
+
+    args.placement = Placement(cpu_moe=args.cpu_moe, op_offload=not args.no_op_offload)
     args.flash_attn = args.flash_attn == "on"
     args.n_ctx = max(args.pp + [0]) + args.prefix + 4096
 
@@ -434,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
             "reps": args.reps,
             "warmup": args.warmup,
             "prefix": args.prefix,
+            "threads": args.threads or "llama.cpp default",
+            "placement": args.placement.options(),
             "cuda_graphs_disabled_env": os.environ.get("GGML_CUDA_DISABLE_GRAPHS"),
         },
         "llama_cpp_version": llama_cpp.__version__,
@@ -451,7 +504,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load check ok: {args.model} ({r.load_s:.1f} s to load)", flush=True)
         return 0
     r = Raw(
-        args.model, args.ngl, args.flash_attn, args.n_ctx, args.n_batch, args.n_ubatch, args.threads or None
+        args.model,
+        args.ngl,
+        args.flash_attn,
+        args.n_ctx,
+        args.n_batch,
+        args.n_ubatch,
+        args.threads or None,
+        args.placement,
     )
     res["load_s"] = r.load_s
     res["model"] = model_summary(r, args.model)

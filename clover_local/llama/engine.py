@@ -12,16 +12,18 @@ import ctypes
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from llama_cpp import llama_cpp as ll
 
 from ..backend import Capabilities, LogitAdjustment, Routing, RowAdjustments, Verification, distribution
+from ..placement import Placement
 from ..prompt_cache import Checkpoint, PromptCache, Reuse
 from . import capi
+from .placement import Params
 
-GGML_TYPE_F32 = 0
 GGML_LOG_LEVEL_ERROR = 4
 SEQ = 0
 
@@ -84,6 +86,11 @@ class LlamaEngine:
     verification: block_size more copies of every GDN layer's conv and recurrent state; `coreset` and
     `coreset_top_p` give `default_routing`, the routing of previews given none (None: the GGUF's
     `clover-moe.diffusion.coreset_*`);
+    `placement` holds llama.cpp's placement and loading options (expert tensors on the CPU, cache
+    types, flash attention, mmap; `flash_attn` and `f32_cache` are shorthands that override its
+    values); `extra_buffer_types=False` keeps CPU weights in plain buffers instead of ggml-cpu's
+    repacked AMX / CPU_REPACK layouts (llama.cpp's `use_extra_bufts`, on by default: the faster
+    matmuls; off: the reference path to compare against);
     `eval_callback` is llama.cpp's `cb_eval`, called for every graph node (tests inspect ops and
     intermediates). llama.cpp's log is dropped except error lines, which end up in `EngineError`
     messages; `log=True` leaves it on stderr and installs no Python log callback.
@@ -103,6 +110,8 @@ class LlamaEngine:
         eval_callback: EvalCallback | None = None,
         log: bool = False,
         speculative: bool = False,
+        placement: Placement | None = None,
+        extra_buffer_types: bool = True,
     ):
         require_patched()
         keep_freed_memory()
@@ -110,8 +119,15 @@ class LlamaEngine:
         ll.llama_log_set(ll.llama_log_callback() if log else _log, ctypes.c_void_p(0))
         _errors.clear()
         ll.llama_backend_init()
-        mparams = ll.llama_model_default_params()
-        mparams.n_gpu_layers = n_gpu_layers
+        placement = placement or Placement()
+        if flash_attn is not None:
+            placement = replace(placement, flash_attn="on" if flash_attn else "off")
+        if f32_cache:
+            placement = replace(placement, cache_type_k="f32", cache_type_v="f32")
+        self.placement = placement
+        params = Params(placement, n_gpu_layers, n_ctx, n_ubatch, n_rs_seq=0, n_threads=n_threads)
+        mparams, cparams = params.model, params.context
+        mparams.use_extra_bufts = extra_buffer_types
         self.model = ll.llama_model_load_from_file(str(model_path).encode(), mparams)
         if not self.model:
             raise _failed(f"could not load {model_path}")
@@ -130,20 +146,7 @@ class LlamaEngine:
             else coreset_top_p,
         )
 
-        cparams = ll.llama_context_default_params()
-        cparams.n_ctx = n_ctx
-        cparams.n_batch = max(n_ubatch, 512)
-        cparams.n_ubatch = n_ubatch
-        cparams.n_seq_max = 1
         cparams.n_rs_seq = int(self._meta("clover-moe.diffusion.block_size", "32")) if speculative else 0
-        if n_threads is not None:
-            cparams.n_threads = cparams.n_threads_batch = n_threads
-        if flash_attn is not None:
-            cparams.flash_attn_type = (
-                ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
-            )
-        if f32_cache:
-            cparams.type_k = cparams.type_v = GGML_TYPE_F32
         if eval_callback is not None:
             # keep the ctypes trampoline alive as long as the context
             self._cb = ll.ggml_backend_sched_eval_callback(

@@ -1,0 +1,204 @@
+"""A `Placement` on llama.cpp: model and context parameters, devices and their free memory, and the
+compute buffers llama.cpp would reserve, measured without allocating anything.
+
+llama-cpp-python 0.3.36 declares `llama_model_params.tensor_buft_overrides` but never fills it
+(its `Llama` has no such argument); here it gets a NULL-terminated array of
+`llama_model_tensor_buft_override` {pattern, buffer type}, as llama.cpp's `-ot` builds it.
+Buffer types are looked up by name among the devices' (`ggml_backend_dev_buffer_type`), as
+`common/arg.cpp`'s `parse_tensor_buffer_overrides` does. `flash_attn_type`, `type_k`/`type_v`
+and `load_mode` are set the way llama-cpp-python's `Llama` sets them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llama_cpp import llama_cpp as ll
+
+from ..placement import Placement, PlacementError, ggml_type_id
+
+FLASH_ATTN_TYPE = {
+    "on": ll.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": ll.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+    "auto": ll.LLAMA_FLASH_ATTN_TYPE_AUTO,
+}
+DEVICE_CPU, DEVICE_GPU, DEVICE_IGPU = 0, 1, 2  # enum ggml_backend_dev_type
+
+
+# struct llama_model_tensor_buft_override { const char * pattern; ggml_backend_buffer_type_t buft; };
+class llama_model_tensor_buft_override(ctypes.Structure):
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+def _load_ggml() -> ctypes.CDLL:
+    """libggml (the device registry), next to the libllama that llama-cpp-python loaded."""
+    lib = Path(ll._lib._name)
+    return ctypes.CDLL(str(lib.with_name("ggml.dll" if lib.suffix == ".dll" else f"libggml{lib.suffix}")))
+
+
+_ggml = _load_ggml()
+
+
+def _bind(name: str, argtypes: list[Any], restype: Any) -> Any:
+    fn = getattr(_ggml, name)
+    fn.argtypes, fn.restype = argtypes, restype
+    return fn
+
+
+# GGML_API size_t ggml_backend_dev_count(void);
+ggml_backend_dev_count = _bind("ggml_backend_dev_count", [], ctypes.c_size_t)
+# GGML_API ggml_backend_dev_t ggml_backend_dev_get(size_t index);
+ggml_backend_dev_get = _bind("ggml_backend_dev_get", [ctypes.c_size_t], ctypes.c_void_p)
+# GGML_API const char * ggml_backend_dev_name(ggml_backend_dev_t device);
+ggml_backend_dev_name = _bind("ggml_backend_dev_name", [ctypes.c_void_p], ctypes.c_char_p)
+# GGML_API const char * ggml_backend_dev_description(ggml_backend_dev_t device);
+ggml_backend_dev_description = _bind("ggml_backend_dev_description", [ctypes.c_void_p], ctypes.c_char_p)
+# GGML_API void ggml_backend_dev_memory(ggml_backend_dev_t device, size_t * free, size_t * total);
+ggml_backend_dev_memory = _bind(
+    "ggml_backend_dev_memory",
+    [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)],
+    None,
+)
+# GGML_API enum ggml_backend_dev_type ggml_backend_dev_type(ggml_backend_dev_t device);
+ggml_backend_dev_type = _bind("ggml_backend_dev_type", [ctypes.c_void_p], ctypes.c_int)
+# GGML_API ggml_backend_buffer_type_t ggml_backend_dev_buffer_type(ggml_backend_dev_t device);
+ggml_backend_dev_buffer_type = _bind("ggml_backend_dev_buffer_type", [ctypes.c_void_p], ctypes.c_void_p)
+# GGML_API const char * ggml_backend_buft_name(ggml_backend_buffer_type_t buft);
+ggml_backend_buft_name = _bind("ggml_backend_buft_name", [ctypes.c_void_p], ctypes.c_char_p)
+
+
+@dataclass(frozen=True)
+class Device:
+    """A ggml device: its name (`CUDA0`, `CPU`), description, whether llama.cpp offloads layers
+    to it (GPU or integrated GPU) and its memory as the backend reports it."""
+
+    name: str
+    description: str
+    offload: bool
+    free: int
+    total: int
+
+
+def devices() -> list[Device]:
+    """Every device the loaded ggml backends registered (the CPU included)."""
+    ll.llama_backend_init()
+    out = []
+    for i in range(ggml_backend_dev_count()):
+        dev = ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        out.append(
+            Device(
+                name=ggml_backend_dev_name(dev).decode(),
+                description=(ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
+                offload=ggml_backend_dev_type(dev) in (DEVICE_GPU, DEVICE_IGPU),
+                free=free.value,
+                total=total.value,
+            )
+        )
+    return out
+
+
+def buffer_types() -> dict[str, int]:
+    """Buffer type name -> handle, for every device (what `-ot PATTERN=BUFFER` may name)."""
+    ll.llama_backend_init()
+    out = {}
+    for i in range(ggml_backend_dev_count()):
+        buft = ggml_backend_dev_buffer_type(ggml_backend_dev_get(i))
+        if buft:
+            out[ggml_backend_buft_name(buft).decode()] = buft
+    return out
+
+
+def tensor_overrides(placement: Placement) -> ctypes.Array | None:
+    """The NULL-terminated override array for `llama_model_params.tensor_buft_overrides`."""
+    rules = placement.overrides()
+    if not rules:
+        return None
+    known = buffer_types()
+    arr = (llama_model_tensor_buft_override * (len(rules) + 1))()
+    for i, (pattern, buffer) in enumerate(rules):
+        if buffer not in known:
+            raise PlacementError(
+                f"--override-tensor: no buffer type {buffer!r} here; available: {', '.join(sorted(known))}"
+            )
+        arr[i].pattern, arr[i].buft = pattern.encode(), known[buffer]
+    return arr
+
+
+class Params:
+    """Model and context parameters for one placement; holds the override array while llama.cpp
+    reads it (the model keeps only the pointer during loading)."""
+
+    def __init__(
+        self,
+        placement: Placement,
+        n_gpu_layers: int,
+        n_ctx: int,
+        n_ubatch: int,
+        n_rs_seq: int,
+        n_threads: int | None = None,
+        no_alloc: bool = False,
+    ):
+        self.model = ll.llama_model_default_params()
+        self.model.n_gpu_layers = n_gpu_layers
+        self.model.no_alloc = no_alloc
+        self._overrides = tensor_overrides(placement)
+        if self._overrides is not None:
+            self.model.tensor_buft_overrides = ctypes.addressof(self._overrides)
+        if not placement.use_mmap or placement.use_mlock:  # else llama.cpp's default (auto: mmap)
+            self.model.load_mode = {
+                (True, True): ll.LLAMA_LOAD_MODE_MMAP_MLOCK,
+                (False, True): ll.LLAMA_LOAD_MODE_MLOCK,
+                (False, False): ll.LLAMA_LOAD_MODE_NONE,
+            }[placement.use_mmap, placement.use_mlock]
+
+        self.context = c = ll.llama_context_default_params()
+        c.n_ctx, c.n_batch, c.n_ubatch, c.n_seq_max, c.n_rs_seq = (
+            n_ctx,
+            max(n_ubatch, 512),
+            n_ubatch,
+            1,
+            n_rs_seq,
+        )
+        if n_threads is not None:
+            c.n_threads = c.n_threads_batch = n_threads
+        c.flash_attn_type = FLASH_ATTN_TYPE[placement.flash_attn]
+        c.op_offload = placement.op_offload
+        c.type_k, c.type_v = ggml_type_id(placement.cache_type_k), ggml_type_id(placement.cache_type_v)
+
+
+# llama.cpp's own report of what it reserves (llama-context.cpp `sched_reserve`, `llama_context`)
+_BUFFER_LINE = re.compile(r"(\S+)\s+(compute|output) buffer size =\s+([\d.]+) MiB")
+
+
+def compute_buffers(path: str | Path, params: Params) -> dict[str, int]:
+    """Bytes of compute (and output) buffers per buffer type that llama.cpp reserves for these
+    parameters, measured by llama.cpp itself with `no_alloc` (weights and caches are not
+    allocated, nothing is read beyond the metadata). Installs a log callback for the duration;
+    the caller's own callback must be set again afterwards (the engine sets its own)."""
+    lines: list[str] = []
+
+    @ll.llama_log_callback
+    def keep(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        lines.append(text.decode("utf-8", "replace"))
+
+    ll.llama_log_set(keep, ctypes.c_void_p(0))
+    ll.llama_backend_init()
+    params.model.no_alloc = True
+    params.model.load_mode = ll.LLAMA_LOAD_MODE_NONE  # mlock of a no_alloc load fails an assert; mmap is moot
+    model = ll.llama_model_load_from_file(str(path).encode(), params.model)
+    ctx = ll.llama_init_from_model(model, params.context) if model else None
+    if ctx:
+        ll.llama_free(ctx)
+    if model:
+        ll.llama_model_free(model)
+    ll.llama_log_set(ll.llama_log_callback(), ctypes.c_void_p(0))
+    out: dict[str, int] = {}
+    for m in _BUFFER_LINE.finditer("".join(lines)):
+        out[m.group(1)] = out.get(m.group(1), 0) + int(float(m.group(3)) * 2**20)
+    return out

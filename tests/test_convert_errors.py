@@ -34,16 +34,6 @@ def shards(ckpt: Path) -> list[Path]:
     return sorted(ckpt.glob("*.safetensors"))
 
 
-def edit_header(shard: Path, change: Callable[[dict], None]) -> None:
-    """Rewrite a safetensors header in place; the data block is kept as is."""
-    blob = shard.read_bytes()
-    n = int.from_bytes(blob[:8], "little")
-    header = json.loads(blob[8 : 8 + n])
-    change(header)
-    new = json.dumps(header).encode()
-    shard.write_bytes(len(new).to_bytes(8, "little") + new + blob[8 + n :])
-
-
 def edit_tensors(shard: Path, change: Callable[[dict[str, tuple[dict, bytes]]], None]) -> None:
     """Rewrite a shard from its tensors (name -> (header entry, bytes)), laid out again as the
     safetensors format requires (the data block tiled exactly)."""

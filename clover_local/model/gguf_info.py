@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import gguf_names as gn
+from .gguf_check import GGUFError, check_gguf
 
 
 class ModelFileError(ValueError):
@@ -70,9 +71,13 @@ def open_gguf(path: str | Path) -> Any:
     if magic != b"GGUF":
         raise ModelFileError(f"{p}: not a GGUF file (convert a checkpoint with clover-convert)")
     try:
+        check_gguf(p)
+    except GGUFError as e:
+        raise ModelFileError(str(e)) from None
+    try:
         return GGUFReader(p, "r")
-    except (ValueError, OSError) as e:
-        raise ModelFileError(f"{p}: unreadable GGUF ({e})") from None
+    except Exception as e:  # the checks above should leave gguf-py nothing to fail on
+        raise ModelFileError(f"{p}: unreadable GGUF ({type(e).__name__})") from None
 
 
 def read_info(path: str | Path) -> ModelInfo:

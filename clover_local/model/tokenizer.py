@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from jinja2.exceptions import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
+
+from .template_sandbox import BoundedSandbox, bounded_filter, render
 
 THINK_START, THINK_END = "<think>", "</think>"
 
@@ -105,18 +106,19 @@ def render_chat_template(
     """Render a chat template as transformers does; shared by the HF and the GGUF tokenizers."""
     if not template:
         raise ChatTemplateError("the model has no chat template (tokenizer_config.json chat_template)")
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-    )
-    env.filters["tojson"] = _tojson
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = bounded_filter(_tojson)
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
-        return env.from_string(template).render(
+        return render(
+            env,
+            template,
             messages=list(messages),
             add_generation_prompt=add_generation_prompt,
             enable_thinking=enable_thinking,
             **(special or {}),
         )
-    except TemplateError as e:
-        raise ChatTemplateError(f"chat template: {e}") from None
+    except Exception as e:  # any failure of a template from a model file is the template's: one line
+        what = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise ChatTemplateError(f"chat template: {what}") from None

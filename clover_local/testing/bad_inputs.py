@@ -379,15 +379,17 @@ for _name, _edit, _message in _GGUF_BROKEN:
 _TEMPLATES: list[tuple[str, str, str]] = [
     ("include", "{% include 'x.jinja' %}", "include"),
     ("import", "{% import 'x.jinja' as x %}", "import"),
-    ("extends", "{% extends 'x.jinja' %}", "extends"),
-    ("range(10**9)", "{% for i in range(10**9) %}{% endfor %}", "range"),
+    ("extends", "{% extends 'x.jinja' %}", "extend"),
+    ("range(10**9)", "{% for i in range(10**9) %}{% endfor %}", "larger than"),
     (
         "three nested range(100000)",
         "{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}"
         "{% endfor %}{% endfor %}{% endfor %}",
-        "time",
+        "took more than",
     ),
-    ("'a'*10**10", "{{ 'a' * 10**10 }}", "size"),
+    ("'a'*10**10", "{{ 'a' * 10**10 }}", "more than"),
+    ("'%999999999s'", "{{ '%999999999s' % 'a' }}", "format width"),
+    ("center(10**9)", "{{ 'a'|center(10**9) }}", "larger than"),
     ("syntax error", "{% if %}", "chat template"),
     ("__class__", "{{ ''.__class__.__mro__ }}", "chat template"),
     ("recursion", "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "chat template"),

@@ -8,7 +8,10 @@ statistics under `"clover"`. Everything is driven by one generator of decode eve
 (`Clover.generate`), which streaming, `--visual` and `bench` consume as well.
 
 A `Clover` runs one request at a time; each request starts with a fresh prefill, so a stream
-that is closed early (or interrupted) leaves nothing behind for the next one.
+that is closed early (or interrupted) leaves nothing behind for the next one. It may be shared by
+threads: calls are serialized by a lock (`guard`; a non-streaming request holds it to its end, a
+stream for each step); starting a request while a stream is open ends that stream with a
+RuntimeError. After `close()` every call raises `ClosedError` (a ValueError).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 
 from . import policy, speculative
 from .backend import Backend
+from .guard import Guard, serialized
 from .loops import BlockEvent, Event, PassEvent, Result, TokenEvent, ar_loop, diffusion_loop
 from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
 from .model.gguf_info import ModelFileError, ModelInfo, read_info
@@ -286,12 +290,19 @@ class Clover:
         self.draft = speculative.SpeculativeSettings()
         self._coreset = get_coreset(backend)
         self._request = 0
+        self._guard = Guard("this Clover")  # one call at a time; none after close()
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Free the model and context (the llama.cpp engine); the object is unusable afterwards."""
-        close = getattr(self.backend, "close", None)
+        """Free the model and context (the llama.cpp engine), after the call in progress.
+
+        Idempotent; any later call raises `ClosedError` (a ValueError).
+        """
+        guard = getattr(self, "_guard", None)
+        if guard is not None and not guard.close():
+            return
+        close = getattr(getattr(self, "backend", None), "close", None)
         if close is not None:
             close()
 
@@ -303,10 +314,12 @@ class Clover:
 
     # -- tokens -----------------------------------------------------------------------------------
 
+    @serialized
     def tokenize(self, text: bytes, add_bos: bool = False, special: bool = True) -> list[int]:
         """Like `Llama.tokenize`: Clover adds no BOS and always recognises special tokens."""
         return self.tokenizer.encode(text.decode("utf-8"))
 
+    @serialized
     def detokenize(self, tokens: Sequence[int]) -> bytes:
         return self.tokenizer.decode(tokens).encode("utf-8")
 
@@ -358,6 +371,7 @@ class Clover:
         """Response text: control tokens (`<|im_end|>`, ...) vanish, as in llama-cpp-python."""
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    @serialized
     def generate(
         self, tokens: Sequence[int], s: DecodingSettings, temperature: float = 0.0, seed: int | None = None
     ) -> Iterator[AnyEvent]:
@@ -374,13 +388,13 @@ class Clover:
             backend = self.backend
             if temperature > 0:
                 backend = GumbelBackend(backend, temperature, np.random.default_rng(seed))
-            return ar_loop(backend, tokens, s)
+            return self._guard.steps(ar_loop(backend, tokens, s))
         if self.mode == "speculative":
             if not hasattr(self.backend, "verify_and_draft"):
                 raise ValueError("this backend cannot run the speculative mode (no verify_and_draft pass)")
             spec = replace(self.draft, temperature=temperature, seed=seed)
-            return speculative.speculative_loop(self.backend, tokens, s, spec)
-        return diffusion_loop(self.backend, tokens, s)
+            return self._guard.steps(speculative.speculative_loop(self.backend, tokens, s, spec))
+        return self._guard.steps(diffusion_loop(self.backend, tokens, s))
 
     def _run(
         self,
@@ -451,6 +465,7 @@ class Clover:
             )
         return s
 
+    @serialized
     def create_completion(
         self,
         prompt: str | list[int],
@@ -500,6 +515,7 @@ class Clover:
                     "choices": [{"text": delta, "index": 0, "logprobs": None, "finish_reason": None}],
                 }
 
+    @serialized
     def create_chat_completion(
         self,
         messages: list[dict[str, Any]],

@@ -21,6 +21,7 @@ import os
 import resource
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -546,8 +547,24 @@ def run_all(cases: list[Case], verbose: bool = True) -> Tally:
 
 
 def main() -> None:
-    """Run the table (the cases whose name or tool contains argv[1], if given); print the counts."""
+    """Run the table (the cases whose name or tool contains argv[1], if given); print the counts.
+
+    `fuzz N [SEED]` runs N mutants of each kind instead.
+    """
     pick = sys.argv[1] if len(sys.argv) > 1 else ""
+    if pick == "fuzz":
+        n, seed = int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0
+        with tempfile.TemporaryDirectory(prefix="clover-fuzz-") as d:
+            ckpt, gguf = prepare_bases(Path(d) / "base")
+            for kind, tally in (
+                ("gguf", fuzz_gguf(gguf, Path(d), n, seed)),
+                ("safetensors", fuzz_safetensors(ckpt, Path(d), n, seed)),
+            ):
+                for o in tally.outcomes:
+                    if not o.clean:
+                        print(f"{o.verdict:12} {o.case}: {o.detail}")
+                print(json.dumps({kind: tally.counts()}))
+        return
     cases = [c for c in CASES if pick in c.name or pick == c.tool]
     tally = run_all(cases)
     by_tool: dict[str, Tally] = {}
@@ -555,6 +572,204 @@ def main() -> None:
         by_tool.setdefault(case.tool, Tally()).outcomes.append(o)
     report = {"all": tally.counts(), **{k: t.counts() for k, t in by_tool.items()}}
     print(json.dumps(report, indent=1))
+
+
+# -- the seeded mutation fuzzer ---------------------------------------------------------------------
+
+INTERESTING = (0, 1, 2, 255, 2**31 - 1, 2**31, 2**32 - 1, 2**63, 2**64 - 1)
+FLOATS = (0.0, -1.0, float("nan"), float("inf"), 1e30, -1e-30)
+
+
+def mutate_safetensors_header(header: bytes, rng: np.random.Generator) -> bytes:
+    """One to three random edits of a safetensors header: JSON-level (offsets, dtype, shape,
+    fields, types) or raw byte flips."""
+    for _ in range(int(rng.integers(1, 4))):
+        try:
+            h = json.loads(header)
+        except ValueError:
+            h = None
+        op = int(rng.integers(0, 7))
+        keys = [k for k in h if k != "__metadata__"] if isinstance(h, dict) else []
+        if op == 6 or not keys:
+            raw = bytearray(header)
+            i = int(rng.integers(0, len(raw)))
+            raw[i] = int(rng.integers(0, 256))
+            header = bytes(raw)
+            continue
+        t = h[keys[int(rng.integers(0, len(keys)))]]
+        if op == 0:
+            i = int(rng.integers(0, 2))
+            t["data_offsets"][i] += int(rng.choice([-(2**40), -1000, -8, -1, 1, 8, 1000]))
+        elif op == 1:
+            other = h[keys[int(rng.integers(0, len(keys)))]]
+            t["data_offsets"], other["data_offsets"] = other["data_offsets"], t["data_offsets"]
+        elif op == 2:
+            t["dtype"] = [str(x) for x in ("F32", "F16", "BF16", "I8", "U64", "X", "")][
+                int(rng.integers(0, 7))
+            ]
+        elif op == 3 and t["shape"]:
+            i = int(rng.integers(0, len(t["shape"])))
+            t["shape"][i] = int(rng.choice([0, 1, -1, t["shape"][i] + 1, 2**62]))
+        elif op == 4:
+            t.pop(["dtype", "shape", "data_offsets"][int(rng.integers(0, 3))])
+        else:
+            field = ["dtype", "shape", "data_offsets"][int(rng.integers(0, 3))]
+            t[field] = [None, "1", 1.5, {}, [1, 2, 3], True][int(rng.integers(0, 6))]
+        header = json.dumps(h).encode()
+    return header
+
+
+def mutate_gguf(
+    blob: bytes, data_start: int, fields: list[tuple[int, str]], rng: np.random.Generator
+) -> bytes:
+    """One to three random edits of a GGUF's header and metadata: a scalar key/value set to an
+    absurd value, a u32/u64 overwritten, a byte flipped, or a truncation."""
+    raw = bytearray(blob)
+    for _ in range(int(rng.integers(1, 4))):
+        op = int(rng.integers(0, 5))
+        if op in (0, 1) and fields:  # a scalar value (offset, struct format) of the original file
+            offset, fmt = fields[int(rng.integers(0, len(fields)))]
+            pool = FLOATS if fmt in ("<f", "<d") else INTERESTING
+            value = pool[int(rng.integers(0, len(pool)))]
+            try:
+                raw[offset : offset + struct.calcsize(fmt)] = struct.pack(fmt, value)
+            except struct.error:
+                raw[offset : offset + struct.calcsize(fmt)] = b"\xff" * struct.calcsize(fmt)
+        elif op == 2:
+            at = int(rng.integers(0, data_start - 8))
+            size = int(rng.choice([4, 8]))
+            value = INTERESTING[int(rng.integers(0, len(INTERESTING)))] % 2 ** (8 * size)
+            raw[at : at + size] = value.to_bytes(size, "little")
+        elif op == 3:
+            raw[int(rng.integers(0, data_start))] = int(rng.integers(0, 256))
+        else:
+            del raw[int(rng.integers(0, len(raw))) :]
+    return bytes(raw)
+
+
+def gguf_scalar_fields(path: Path) -> tuple[int, list[tuple[int, str]]]:
+    """(data start, [(byte offset, struct format)] of every scalar key/value) of a valid GGUF."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(path)
+    out = []
+    for f in reader.fields.values():
+        part = f.parts[f.data[0]] if f.data else None
+        if part is not None and part.dtype.kind in "uif" and len(f.data) == 1:
+            fmt = "<" + part.dtype.char.replace("l", "q").replace("L", "Q")
+            out.append((int(part.ctypes.data - reader.data.ctypes.data), fmt))
+    return reader.data_offset, out
+
+
+def run_forked(argv: list[str], main: Callable[[list[str]], object], cwd: Path) -> tuple[int | None, str]:
+    """Run a CLI entry point in a forked child (time- and memory-limited): (exit status or -signal,
+    stderr); None on a hang. Forking skips the interpreter start-up a subprocess would pay."""
+    err_path = cwd / ".stderr"
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 70
+        try:
+            os.chdir(cwd)
+            _limit_memory()
+            fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 2)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            sys.stderr = os.fdopen(2, "w", buffering=1)
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+            try:
+                main(argv)
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None, ""
+        time.sleep(0.005)
+    stderr = err_path.read_text(errors="replace")
+    err_path.unlink()
+    return os.waitstatus_to_exitcode(status), stderr
+
+
+def _clover_main(argv: list[str]) -> None:
+    from clover_local.cli import app
+
+    app(argv, prog_name="clover")
+
+
+def _convert_main(argv: list[str]) -> None:
+    from clover_convert.cli import app
+
+    app(argv, prog_name="clover-convert")
+
+
+def fuzz_verdict(rc: int | None, stderr: str, rejected_by_oracle: bool = False) -> tuple[str, str]:
+    """clean: exit 0, or exit 1 with one error line; silent-wrong: exit 0 where the oracle (the
+    safetensors library) rejects the input; crash: anything else."""
+    if rc is None:
+        return "crash", "hang"
+    if "Traceback" in stderr:
+        return "crash", stderr.strip().splitlines()[-1][:200]
+    if rc == 0:
+        return ("silent-wrong", "accepted what safetensors rejects") if rejected_by_oracle else ("clean", "")
+    if rc == 1 and len(stderr.strip().splitlines()) == 1:
+        return "clean", stderr.strip()
+    return "crash", f"exit {rc}: {stderr.strip()[-300:]}"
+
+
+def fuzz_safetensors(ckpt: Path, tmp: Path, n: int, seed: int) -> Tally:
+    """Mutated headers of the first shard, converted; the safetensors library is the oracle."""
+    from safetensors import safe_open
+
+    rng = np.random.default_rng(seed)
+    tally = Tally()
+    for i in range(n):
+        work = tmp / f"st{i}"
+        shutil.copytree(ckpt, work / "ckpt")
+        (work / "out").mkdir()
+        shard = shards(work / "ckpt")[0]
+        header, data = raw_header(shard)
+        write_header(shard, mutate_safetensors_header(header, rng), data)
+        try:
+            with safe_open(str(shard), "numpy"):
+                rejected = False
+        except Exception:
+            rejected = True
+        rc, stderr = run_forked([str(work / "ckpt"), "-o", str(work / "out" / "m.gguf")], _convert_main, work)
+        verdict, detail = fuzz_verdict(rc, stderr, rejected)
+        tally.outcomes.append(Outcome(f"safetensors mutant {i}", verdict, detail, rc, stderr))
+        shutil.rmtree(work)
+    return tally
+
+
+def fuzz_gguf(gguf: Path, tmp: Path, n: int, seed: int) -> Tally:
+    """Mutated GGUF headers and metadata, run through `clover generate`."""
+    rng = np.random.default_rng(seed)
+    data_start, fields = gguf_scalar_fields(gguf)
+    blob = gguf.read_bytes()
+    tally = Tally()
+    for i in range(n):
+        work = tmp / f"gg{i}"
+        work.mkdir()
+        model = work / "m.gguf"
+        model.write_bytes(mutate_gguf(blob, data_start, fields, rng))
+        rc, stderr = run_forked(["generate", str(model), "-p", "hi", "-n", "4"], _clover_main, work)
+        verdict, detail = fuzz_verdict(rc, stderr)
+        tally.outcomes.append(Outcome(f"gguf mutant {i}", verdict, detail, rc, stderr))
+        shutil.rmtree(work)
+    return tally
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from typing import Any
 from jinja2.exceptions import TemplateError
 from tokenizers import Tokenizer
 
+from . import json_fields as jf
 from .template_sandbox import BoundedSandbox, bounded_filter, render
 
 THINK_START, THINK_END = "<think>", "</think>"
@@ -72,14 +73,21 @@ class CloverTokenizer(ChatTemplating):
         if not (path / "tokenizer.json").is_file():
             raise FileNotFoundError(f"{path}: no tokenizer.json")
         cfg_path = path / "tokenizer_config.json"
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
+        cfg = jf.read_object(cfg_path) if cfg_path.is_file() else {}
         template = cfg.get("chat_template")
         if isinstance(template, list):  # named templates: [{"name": "default", "template": ...}, ...]
-            template = {t.get("name"): t.get("template") for t in template}.get("default")
-        if template is None and (path / "chat_template.jinja").is_file():
-            template = (path / "chat_template.jinja").read_text(encoding="utf-8")
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        if not isinstance(template, str) and (path / "chat_template.jinja").is_file():
+            template = (path / "chat_template.jinja").read_bytes().decode("utf-8", "replace")
         special = {k: cfg.get(k) for k in ("bos_token", "eos_token", "pad_token")}
-        return cls(Tokenizer.from_file(str(path / "tokenizer.json")), template, special)
+        try:
+            tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        except Exception as e:  # the library's message quotes the file: name only the failure
+            raise jf.ConfigError(
+                f"tokenizer.json: the tokenizers library cannot read it ({type(e).__name__})"
+            ) from None
+        return cls(tokenizer, template if isinstance(template, str) else None, special)
 
     @property
     def vocab_size(self) -> int:

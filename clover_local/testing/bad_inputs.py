@@ -428,7 +428,7 @@ def command(case: Case, ws: Workspace) -> list[str]:
     args = [a.format(**fill) for a in case.args]
     if case.tool == "convert":
         out = [] if "-o" in args else ["-o", str(ws.target)]
-        size = ["--split-max-size", "20K"] if case.send else []  # slow enough to be interrupted
+        size = ["--split-max-size", "20M", "-t", "f32"] if case.send else []  # seconds of writing
         return [sys.executable, "-m", "clover_convert.cli", str(ws.ckpt), *out, *size, *args]
     cli = [sys.executable, "-m", "clover_local.cli"]
     if case.tool == "info":
@@ -466,8 +466,19 @@ def _send_when_writing(proc: subprocess.Popen, ws: Workspace, sig: int) -> None:
         time.sleep(0.002)
 
 
+def large_checkpoint(base: Path) -> Path:
+    """A checkpoint with a 151936-token vocabulary (80 MB as F32), generated once beside `base`:
+    its conversion lasts long enough for a signal to arrive mid-write."""
+    from .make_checkpoint import write_checkpoint
+
+    path = base.parent / "checkpoint-large"
+    if not (path / "config.json").is_file():
+        write_checkpoint(path, "tiny-qwen-vocab")
+    return path
+
+
 def run_case(case: Case, ckpt: Path, gguf: Path, tmp: Path) -> Outcome:
-    ws = workspace(tmp, ckpt, gguf)
+    ws = workspace(tmp, large_checkpoint(ckpt) if case.send else ckpt, gguf)
     try:
         case.edit(ws)
     except Exception as e:  # the campaign's own setup failed: report, never count it as clean

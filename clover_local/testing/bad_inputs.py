@@ -567,10 +567,8 @@ def main() -> None:
         n, seed = int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0
         with tempfile.TemporaryDirectory(prefix="clover-fuzz-") as d:
             ckpt, gguf = prepare_bases(Path(d) / "base")
-            for kind, tally in (
-                ("gguf", fuzz_gguf(gguf, Path(d), n, seed)),
-                ("safetensors", fuzz_safetensors(ckpt, Path(d), n, seed)),
-            ):
+            for kind, fuzz, base in (("gguf", fuzz_gguf, gguf), ("safetensors", fuzz_safetensors, ckpt)):
+                tally = fuzz(base, Path(d), n, seed)
                 for o in tally.outcomes:
                     if not o.clean:
                         print(f"{o.verdict:12} {o.case}: {o.detail}")
@@ -607,27 +605,32 @@ def mutate_safetensors_header(header: bytes, rng: np.random.Generator) -> bytes:
             raw[i] = int(rng.integers(0, 256))
             header = bytes(raw)
             continue
-        t = h[keys[int(rng.integers(0, len(keys)))]]
-        if op == 0:
-            i = int(rng.integers(0, 2))
-            t["data_offsets"][i] += int(rng.choice([-(2**40), -1000, -8, -1, 1, 8, 1000]))
-        elif op == 1:
-            other = h[keys[int(rng.integers(0, len(keys)))]]
-            t["data_offsets"], other["data_offsets"] = other["data_offsets"], t["data_offsets"]
-        elif op == 2:
-            t["dtype"] = [str(x) for x in ("F32", "F16", "BF16", "I8", "U64", "X", "")][
-                int(rng.integers(0, 7))
-            ]
-        elif op == 3 and t["shape"]:
-            i = int(rng.integers(0, len(t["shape"])))
-            t["shape"][i] = int(rng.choice([0, 1, -1, t["shape"][i] + 1, 2**62]))
-        elif op == 4:
-            t.pop(["dtype", "shape", "data_offsets"][int(rng.integers(0, 3))])
-        else:
-            field = ["dtype", "shape", "data_offsets"][int(rng.integers(0, 3))]
-            t[field] = [None, "1", 1.5, {}, [1, 2, 3], True][int(rng.integers(0, 6))]
+        try:
+            _edit_entry(h, keys, op, rng)
+        except (KeyError, TypeError, IndexError, AttributeError):  # an earlier edit removed a field
+            continue
         header = json.dumps(h).encode()
     return header
+
+
+def _edit_entry(h: dict, keys: list[str], op: int, rng: np.random.Generator) -> None:
+    t = h[keys[int(rng.integers(0, len(keys)))]]
+    if op == 0:
+        i = int(rng.integers(0, 2))
+        t["data_offsets"][i] += int(rng.choice([-(2**40), -1000, -8, -1, 1, 8, 1000]))
+    elif op == 1:
+        other = h[keys[int(rng.integers(0, len(keys)))]]
+        t["data_offsets"], other["data_offsets"] = other["data_offsets"], t["data_offsets"]
+    elif op == 2:
+        t["dtype"] = [str(x) for x in ("F32", "F16", "BF16", "I8", "U64", "X", "")][int(rng.integers(0, 7))]
+    elif op == 3 and t["shape"]:
+        i = int(rng.integers(0, len(t["shape"])))
+        t["shape"][i] = int(rng.choice([0, 1, -1, t["shape"][i] + 1, 2**62]))
+    elif op == 4:
+        t.pop(["dtype", "shape", "data_offsets"][int(rng.integers(0, 3))])
+    else:
+        field = ["dtype", "shape", "data_offsets"][int(rng.integers(0, 3))]
+        t[field] = [None, "1", 1.5, {}, [1, 2, 3], True][int(rng.integers(0, 6))]
 
 
 def mutate_gguf(

@@ -572,7 +572,8 @@ def main() -> None:
                 for o in tally.outcomes:
                     if not o.clean:
                         print(f"{o.verdict:12} {o.case}: {o.detail}")
-                print(json.dumps({kind: tally.counts()}))
+                refused = sum(o.returncode == 1 for o in tally.outcomes)
+                print(json.dumps({kind: {**tally.counts(), "of which refused": refused}}))
         return
     cases = [c for c in CASES if pick in c.name or pick == c.tool]
     tally = run_all(cases)

@@ -456,6 +456,13 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
+def _child_setup() -> None:
+    """Memory limit, and SIGINT back to its default: a campaign started in the background has
+    it ignored, and Python would then never raise KeyboardInterrupt in the child."""
+    _limit_memory()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _send_when_writing(proc: subprocess.Popen, ws: Workspace, sig: int) -> None:
     """Send `sig` once a temporary output file exists (the writer is mid-way)."""
     deadline = time.monotonic() + TIMEOUT_S
@@ -494,7 +501,7 @@ def run_case(case: Case, ckpt: Path, gguf: Path, tmp: Path) -> Outcome:
         errors="replace",
         cwd=tmp,
         env=env,
-        preexec_fn=_limit_memory,
+        preexec_fn=_child_setup,
         start_new_session=True,
     )
     if case.send is not None:

@@ -113,8 +113,7 @@ class CloverConfig:
             raise ConfigError(f"{c} num_hidden_layers is {n_layers}: must be in 1..{LLAMA_MAX_LAYERS}")
         interval = jf.get_int(text, "full_attention_interval", c, 4)
         layer_types = jf.get_list(text, "layer_types", c, str, []) or [
-            "full_attention" if (i + 1) % interval == 0 else "linear_attention"
-            for i in range(max(0, min(n_layers, LLAMA_MAX_LAYERS)))
+            "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)
         ]
         if len(layer_types) != n_layers or not set(layer_types) <= set(LAYER_TYPES):
             raise ConfigError(

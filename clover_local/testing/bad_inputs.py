@@ -327,7 +327,7 @@ CASES: list[Case] = [
     Case(
         "tokenizer.json without vocab",
         _C,
-        edit_json("tokenizer.json", lambda t: t["model"].pop("vocab")),
+        edit_json("tokenizer.json", lambda t: t["model"].__delitem__("vocab")),
         "vocab",
     ),
     Case(

@@ -21,15 +21,16 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import numpy as np
 
 from . import policy, speculative
-from .backend import Backend
+from .backend import Backend, Routing, SpeculativeBackend
 from .guard import Guard, serialized
 from .loops import BlockEvent, Event, PassEvent, Result, TokenEvent, ar_loop, diffusion_loop
 from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
+from .model.decoding_parameters import from_request
 from .model.gguf_info import ModelFileError, ModelInfo, read_info
 from .model.tokenizer import THINK_END, THINK_START, CloverTokenizer
 from .policy import DecodingSettings
@@ -147,21 +148,6 @@ def final_tokens(committed: Sequence[int], event: PassEvent, s: DecodingSettings
 
 def _without_stop(tokens: list[int], s: DecodingSettings) -> list[int]:
     return tokens[:-1] if tokens and tokens[-1] in s.stop_token_ids else tokens
-
-
-def get_coreset(backend: Backend) -> tuple[bool, float] | None:
-    """The backend's preview coreset setting: the engine's attributes, or the reference's config."""
-    if hasattr(backend, "coreset"):
-        return bool(backend.coreset), float(backend.coreset_top_p)
-    cfg = getattr(getattr(backend, "model", None), "cfg", None)
-    return (cfg.coreset_enabled, cfg.coreset_top_p) if cfg is not None else None
-
-
-def set_coreset(backend: Backend, enabled: bool, top_p: float) -> None:
-    if hasattr(backend, "coreset"):
-        backend.coreset, backend.coreset_top_p = enabled, top_p
-    elif get_coreset(backend) is not None:
-        backend.model.cfg = backend.model.cfg.with_overrides(coreset_enabled=enabled, coreset_top_p=top_p)
 
 
 def defaults_from_gguf(info: ModelInfo, eos_fallback: Sequence[int]) -> GenerationDefaults:
@@ -288,7 +274,6 @@ class Clover:
         # draft controls of the speculative mode (draft length, refinements, threshold, adaptive);
         # assign a new `SpeculativeSettings` to change them; temperature and seed come per request
         self.draft = speculative.SpeculativeSettings()
-        self._coreset = get_coreset(backend)
         self._request = 0
         self._guard = Guard("this Clover")  # one call at a time; none after close()
 
@@ -299,12 +284,8 @@ class Clover:
 
         Idempotent; any later call raises `ClosedError` (a ValueError).
         """
-        guard = getattr(self, "_guard", None)
-        if guard is not None and not guard.close():
-            return
-        close = getattr(getattr(self, "backend", None), "close", None)
-        if close is not None:
-            close()
+        if self._guard.close():
+            self.backend.close()
 
     def __enter__(self) -> Clover:
         return self
@@ -329,39 +310,26 @@ class Clover:
         self,
         n_prompt: int,
         max_tokens: int | None = None,
-        *,
-        block_size: int | None = None,
-        threshold: float | None = None,
-        presence_penalty: float | None = None,
-        frequency_penalty: float | None = None,
-        repeat_penalty: float | None = None,
-        stop_ramp_start: float | None = None,
-        stop_ramp_max: float | None = None,
-        think_ramp_start: float | None = None,
-        think_ramp_max: float | None = None,
+        **overrides: Any,
     ) -> DecodingSettings:
         """The policy's settings for a request: the model's defaults, then these overrides.
 
+        `overrides` go by the decoding parameters' request names (`block_size`, `threshold`,
+        `repeat_penalty`, ...: `decoding_parameters.BY_REQUEST_NAME`); None keeps the default.
         `max_tokens` None (or <= 0) means the model's default budget, cut to what fits the context.
         In AR mode blocks are one token wide, which is also what the length check then counts.
         """
-        block = 1 if self.mode == "ar" else (block_size or self.defaults.block_size)
+        chosen = from_request(overrides)
+        block = 1 if self.mode == "ar" else (chosen.pop("block_size", None) or self.defaults.block_size)
         if max_tokens is None or max_tokens <= 0:
             fits = (self.n_ctx - n_prompt) // block * block
             max_tokens = min(self.defaults.max_new_tokens, fits) if fits > 0 else self.defaults.max_new_tokens
         return DecodingSettings.from_defaults(
             self.defaults,
             self.mask_token_id,
+            **chosen,
             block_size=block,
-            threshold=threshold,
             max_new_tokens=max_tokens,
-            presence_penalty=presence_penalty,
-            frequency_penalty=frequency_penalty,
-            repetition_penalty=repeat_penalty,
-            stop_ramp_start=stop_ramp_start,
-            stop_ramp_max=stop_ramp_max,
-            think_ramp_start=think_ramp_start,
-            think_ramp_max=think_ramp_max,
             think_start_id=self.think_ids[0],
             think_end_id=self.think_ids[1],
             context_limit=self.n_ctx,
@@ -390,10 +358,11 @@ class Clover:
                 backend = GumbelBackend(backend, temperature, np.random.default_rng(seed))
             return self._guard.steps(ar_loop(backend, tokens, s))
         if self.mode == "speculative":
-            if not hasattr(self.backend, "verify_and_draft"):
+            if not self.backend.capabilities.speculative:
                 raise ValueError("this backend cannot run the speculative mode (no verify_and_draft pass)")
             spec = replace(self.draft, temperature=temperature, seed=seed)
-            return self._guard.steps(speculative.speculative_loop(self.backend, tokens, s, spec))
+            backend = cast(SpeculativeBackend, self.backend)
+            return self._guard.steps(speculative.speculative_loop(backend, tokens, s, spec))
         return self._guard.steps(diffusion_loop(self.backend, tokens, s))
 
     def _run(
@@ -453,17 +422,19 @@ class Clover:
         coreset_top_p: float | None,
         overrides: dict[str, Any],
     ) -> DecodingSettings:
-        """Validate a request before any pass runs: sampling options, coreset, length."""
+        """Validate a request before any pass runs: sampling options, coreset, length.
+
+        The request's routing travels with its settings to every preview it runs; the backend
+        keeps only the model file's (`default_routing`), so nothing one request sets sticks."""
         _check_sampling(self.mode, temperature, top_p, top_k)
         s = self.decoding_settings(len(prompt), max_tokens, **overrides)
         policy.check_length(len(prompt), s)
-        if self._coreset is not None:  # per request: what one request sets does not stick
-            set_coreset(
-                self.backend,
-                self._coreset[0] if coreset is None else coreset,
-                self._coreset[1] if coreset_top_p is None else coreset_top_p,
-            )
-        return s
+        default = self.backend.default_routing
+        routing = Routing(
+            default.coreset if coreset is None else coreset,
+            default.top_p if coreset_top_p is None else coreset_top_p,
+        )
+        return replace(s, routing=routing)
 
     @serialized
     def create_completion(

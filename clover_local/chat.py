@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .api import Clover
+from .model.decoding_parameters import PARAMETERS
 from .visual import BlockView
 
 try:
@@ -38,20 +39,12 @@ HELP = """\
 End a line with \\ to continue it; \"\"\" opens and closes a block of lines.
 Ctrl-C stops an answer."""
 
+# `/set NAME VALUE`: the decoding parameters a request may change (their table), and the sampling
 SETTABLE: dict[str, type] = {
-    "max_tokens": int,
-    "block_size": int,
-    "threshold": float,
+    **{p.request: p.type for p in PARAMETERS if p.request is not None},
     "temperature": float,
     "seed": int,
     "coreset_top_p": float,
-    "presence_penalty": float,
-    "frequency_penalty": float,
-    "repeat_penalty": float,
-    "stop_ramp_start": float,
-    "stop_ramp_max": float,
-    "think_ramp_start": float,
-    "think_ramp_max": float,
 }
 
 

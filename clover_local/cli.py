@@ -29,6 +29,7 @@ from .chat import ChatSession, drain
 from .llama.engine import EngineError
 from .model import location
 from .model.config import ConfigError
+from .model.decoding_parameters import PARAMETERS
 from .model.gguf_info import ModelFileError, read_info
 from .model.tokenizer import ChatTemplateError
 from .speculative import SpeculativeSettings
@@ -231,21 +232,15 @@ MODEL_OPTIONS = [
 ]
 
 # Decoding options: keyword arguments of `create_*_completion` (None: the model's default).
+# the decoding parameters' options come from their table; default: the model's (its GGUF keys)
 DECODING_OPTIONS = [
-    _option(
-        "max_tokens", int | None, None, "--max-tokens", "-n", help="Response budget (default: the model's)."
+    *(
+        _option(p.request, p.type | None, None, *p.cli_flags, help=f"{p.help} Default: the model's.")
+        for p in PARAMETERS
+        if p.request is not None
     ),
-    _option("block_size", int | None, None, help="Tokens per block (default: the model's)."),
-    _option("threshold", float | None, None, help="Fill threshold of a preview (default: the model's)."),
     _option("coreset", bool | None, None, "--coreset/--no-coreset", help="Block expert coreset in previews."),
     _option("coreset_top_p", float | None, None, help="Coreset router mass (default: the model's)."),
-    _option("presence_penalty", float | None, None, help="Presence penalty on response tokens."),
-    _option("frequency_penalty", float | None, None, help="Frequency penalty on response tokens."),
-    _option("repeat_penalty", float | None, None, help="Repetition penalty on response tokens (1: off)."),
-    _option("stop_ramp_start", float | None, None, help="Stop ramp start, as a fraction of the budget."),
-    _option("stop_ramp_max", float | None, None, help="Stop ramp logit bias at the budget."),
-    _option("think_ramp_start", float | None, None, help="</think> ramp start, as a fraction of the budget."),
-    _option("think_ramp_max", float | None, None, help="</think> ramp logit bias at the budget."),
     _option("stop", list[str] | None, None, "--stop", help="Stop string (repeatable)."),
     _option(
         "temperature", float | None, None, help="Sampling temperature (ar and speculative modes); 0: greedy."

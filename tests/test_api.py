@@ -336,9 +336,9 @@ class CountingBackend(NumpyBackend):
 
     passes = 0
 
-    def preview(self, block, adj):
+    def preview(self, block, adj, routing=None):
         self.passes += 1
-        return super().preview(block, adj)
+        return super().preview(block, adj, routing)
 
     def commit(self, tokens, adj):
         self.passes += 1

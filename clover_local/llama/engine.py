@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from llama_cpp import llama_cpp as ll
 
-from ..backend import LogitAdjustment, RowAdjustments, Verification, distribution
+from ..backend import Capabilities, LogitAdjustment, Routing, RowAdjustments, Verification, distribution
 from . import capi
 
 GGML_TYPE_F32 = 0
@@ -89,7 +89,8 @@ class LlamaEngine:
     keeps recurrent-state snapshots of the last `block_size` rows (the GGUF's
     `clover-moe.diffusion.block_size`, llama.cpp's `n_rs_seq`) so that `rollback` can undo a
     verification: block_size more copies of every GDN layer's conv and recurrent state; `coreset` and
-    `coreset_top_p` restrict preview routing (None: the GGUF's `clover-moe.diffusion.coreset_*`);
+    `coreset_top_p` give `default_routing`, the routing of previews given none (None: the GGUF's
+    `clover-moe.diffusion.coreset_*`);
     `coreset_size` > 0 forces the coreset to that many experts instead of the top_p prefix
     (benchmarks); `moe_chunk` dispatches the routed experts of passes of at most 64 rows in chunks
     of that many rows (0: one dispatch; see `MOE_CHUNK_GPU`);
@@ -132,15 +133,13 @@ class LlamaEngine:
             raise EngineError(f"{model_path} is not a clover-moe GGUF")
         self.has_diffusion = bool(capi.llama_model_clover_has_diffusion(self.model))
         self.vocab_size = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(self.model))
-        self.coreset = (
+        self.default_routing = Routing(
             self._meta("clover-moe.diffusion.coreset_enabled", "true") == "true"
             if coreset is None
-            else coreset
-        )
-        self.coreset_top_p = (
+            else coreset,
             float(self._meta("clover-moe.diffusion.coreset_top_p", "0.9"))
             if coreset_top_p is None
-            else coreset_top_p
+            else coreset_top_p,
         )
 
         cparams = ll.llama_context_default_params()
@@ -219,12 +218,20 @@ class LlamaEngine:
 
     # backend.Backend
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """Fused passes always; verifications of up to `n_rs_seq` rows when built `speculative`."""
+        rows = self.n_rs_seq
+        return Capabilities(fused=True, speculative=rows > 0, max_verify_rows=rows, counts_bytes=True)
+
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         self.reset()
         return self.commit(tokens, adj)
 
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
-        return self._preview(block, adj, logits=False)[:2]
+    def preview(
+        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self._preview(block, adj, logits=False, routing=routing)[:2]
 
     def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         tok, prob, _ = self._decode(tokens, adj, all_rows=False, logits=False)
@@ -233,7 +240,12 @@ class LlamaEngine:
     # backend.SpeculativeBackend
 
     def verify_and_draft(
-        self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
+        self,
+        tokens: Sequence[int],
+        adjs: RowAdjustments,
+        preview: Sequence[int],
+        temperature: float = 0.0,
+        routing: Routing | None = None,
     ) -> Verification:
         """One graph (`llama_clover_verify_and_draft`): `tokens` run causally, keeping a recurrent-state
         snapshot after every row (`speculative=True`), then the `preview` block over the state they
@@ -265,8 +277,9 @@ class LlamaEngine:
             self.bytes_written += ids.nbytes + sum(r.nbytes for r in rows)
         capi.llama_clover_set_head(self.ctx, False, sampled)
         causal, block = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(preview))(*preview)
+        r = routing or self.default_routing
         rc = capi.llama_clover_verify_and_draft(
-            self.ctx, SEQ, causal, len(tokens), block, len(preview), self.coreset, self.coreset_top_p
+            self.ctx, SEQ, causal, len(tokens), block, len(preview), r.coreset, r.top_p
         )
         if rc != 0:
             raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
@@ -305,7 +318,11 @@ class LlamaEngine:
     # backend.FusedBackend
 
     def commit_and_preview(
-        self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
+        self,
+        tokens: Sequence[int],
+        adj: LogitAdjustment,
+        block: Sequence[int],
+        routing: Routing | None = None,
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
         """`commit(tokens, adj)` then `preview(block, adj)` in one graph (`llama_clover_verify_and_draft`):
         the causal rows append to the sequence, the block runs over the state they wrote (nothing is
@@ -315,7 +332,7 @@ class LlamaEngine:
         if len(tokens) == 0:
             raise ValueError("a pass needs at least one token")
         if len(tokens) + len(block) > ll.llama_n_ubatch(self.ctx):
-            return self.commit(tokens, adj), self.preview(block, adj)
+            return self.commit(tokens, adj), self.preview(block, adj, routing)
         if len(block) and not self.has_diffusion:
             raise EngineError(
                 "this GGUF has no block-diffusion tensors (converted with --ar-only): "
@@ -325,8 +342,9 @@ class LlamaEngine:
         self._pass_start = None  # a commit: nothing to roll back
         capi.llama_clover_set_head(self.ctx, False, False)
         causal, rows = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(block))(*block)
+        r = routing or self.default_routing
         rc = capi.llama_clover_verify_and_draft(
-            self.ctx, SEQ, causal, len(tokens), rows, len(block), self.coreset, self.coreset_top_p
+            self.ctx, SEQ, causal, len(tokens), rows, len(block), r.coreset, r.top_p
         )
         if rc != 0:
             raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
@@ -431,7 +449,7 @@ class LlamaEngine:
         return np.concatenate(toks), np.concatenate(probs), np.concatenate(outs) if logits else None
 
     def _preview(
-        self, block: Sequence[int], adj: LogitAdjustment, logits: bool
+        self, block: Sequence[int], adj: LogitAdjustment, logits: bool, routing: Routing | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         if not self.has_diffusion:
             raise EngineError(
@@ -441,7 +459,8 @@ class LlamaEngine:
         self._set_adjust(adj)
         capi.llama_clover_set_head(self.ctx, False, logits)
         arr = (ll.llama_token * len(block))(*block)
-        rc = capi.llama_clover_preview(self.ctx, SEQ, arr, len(block), self.coreset, self.coreset_top_p)
+        r = routing or self.default_routing
+        rc = capi.llama_clover_preview(self.ctx, SEQ, arr, len(block), r.coreset, r.top_p)
         if rc != 0:
             raise _failed(f"llama_clover_preview failed ({rc})")
         tok, prob = self._rows(len(block))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import json_fields as jf
+from .decoding_parameters import PARAMETERS, DecodingParameters
 from .hparam_limits import DIFFUSION_LIMITS, LLAMA_MAX_LAYERS, MODEL_LIMITS, Limit, check_values
 from .json_fields import ConfigError
 
@@ -156,34 +157,24 @@ class CloverConfig:
         return CloverConfig(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **kw})
 
 
-@dataclass(frozen=True)
-class GenerationDefaults:
-    """Decoding defaults of `generation_config.json` (documented defaults where a key is absent)."""
+@dataclass(frozen=True, kw_only=True)
+class GenerationDefaults(DecodingParameters):
+    """Decoding defaults of `generation_config.json` (the table's defaults where a key is absent),
+    its stop tokens, and its other keys (`extra`: sampling values and the like)."""
 
-    block_size: int = 32
-    threshold: float = 0.95
     eos_token_ids: tuple[int, ...] = ()
-    max_new_tokens: int = 2048
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    # Ramps [ours]: a logit bias on stop tokens (and on `</think>` while thinking) that grows
-    # linearly from 0 at `*_ramp_start` x budget to `*_ramp_max` at the budget.
-    stop_ramp_start: float = 0.0
-    stop_ramp_max: float = 0.0
-    think_ramp_start: float = 0.0
-    think_ramp_max: float = 0.0
-    logit_shift: int = 1  # [ours] hidden state at position i predicts token i+1
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, gen: dict[str, Any]) -> GenerationDefaults:
+        """From `generation_config.json`'s keys, or a GGUF's `clover-moe.diffusion.*` ones (same names),
+        each type- and range-checked."""
         g = "generation_config.json"
         eos = gen.get("eos_token_id")
         eos_list = {"eos_token_id": [eos] if isinstance(eos, int) else eos or []}
         eos_ids = tuple(jf.get_list(eos_list, "eos_token_id", g, int))
-        known = {f.name for f in fields(cls)} - {"eos_token_ids", "extra"}
-        kw = {k: jf.coerce(gen[k], getattr(cls, k), k, g) for k in known if gen.get(k) is not None}
+        known = {p.name: p.default for p in PARAMETERS}
+        kw = {k: jf.coerce(gen[k], like, k, g) for k, like in known.items() if gen.get(k) is not None}
         extra = {k: v for k, v in gen.items() if k not in known}
         for key, (lo, hi) in SAMPLING_EXTRAS.items():  # written as general.sampling.* keys
             if extra.get(key) is not None and not lo <= jf.get_float(extra, key, g) <= hi:

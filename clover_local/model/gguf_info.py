@@ -94,8 +94,10 @@ def read_info(path: str | Path) -> ModelInfo:
     mix = Counter(t.tensor_type.name for t in reader.tensors)
     n_params = int(sum(int(np.prod(t.shape)) for t in reader.tensors))
     n_layers = int(meta.get(gn.BLOCK_COUNT, 0))
-    gdn = [i for i in range(n_layers) if f"blk.{i}.{gn.SSM_CONV1D}" in names]
-    missing = [f"blk.{i}.{s}" for i in gdn for s in gn.DIFFUSION_TENSORS if f"blk.{i}.{s}" not in names]
+    from .tensors import gdn_layers, missing_diffusion_tensors  # imports gguf, as this function does
+
+    gdn = gdn_layers(names, n_layers)
+    missing = missing_diffusion_tensors(names, gdn)
     prefix = gn.ARCH + "."
     hyper = {k[len(prefix) :]: v for k, v in meta.items() if k.startswith(prefix) and ".diffusion." not in k}
     diffusion = {

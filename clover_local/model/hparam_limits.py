@@ -42,38 +42,52 @@ class Limit:
 _CFG, _GEN = "config.json", "generation_config.json"
 
 MODEL_LIMITS: tuple[Limit, ...] = (
-    Limit(gn.BLOCK_COUNT, "num_hidden_layers", f"{_CFG} num_hidden_layers", "int", 1, LLAMA_MAX_LAYERS),
     Limit(
-        gn.CONTEXT_LENGTH, "max_position_embeddings", f"{_CFG} max_position_embeddings", "int", 1, 2**31 - 1
+        gn.key("block_count"), "num_hidden_layers", f"{_CFG} num_hidden_layers", "int", 1, LLAMA_MAX_LAYERS
     ),
-    Limit(gn.EMBEDDING_LENGTH, "hidden_size", f"{_CFG} hidden_size", "int", 1, MAX_SIZE),
-    Limit(gn.HEAD_COUNT, "num_attention_heads", f"{_CFG} num_attention_heads", "int", 1, 4096),
     Limit(
-        gn.HEAD_COUNT_KV,
+        gn.key("context_length"),
+        "max_position_embeddings",
+        f"{_CFG} max_position_embeddings",
+        "int",
+        1,
+        2**31 - 1,
+    ),
+    Limit(gn.key("embedding_length"), "hidden_size", f"{_CFG} hidden_size", "int", 1, MAX_SIZE),
+    Limit(
+        gn.key("attention.head_count"), "num_attention_heads", f"{_CFG} num_attention_heads", "int", 1, 4096
+    ),
+    Limit(
+        gn.key("attention.head_count_kv"),
         "num_key_value_heads",
         f"{_CFG} num_key_value_heads",
         "int",
         1,
         "num_attention_heads",
     ),
-    Limit(gn.KEY_LENGTH, "head_dim", f"{_CFG} head_dim", "int", 1, 4096),
-    Limit(gn.VALUE_LENGTH, "head_dim", f"{_CFG} head_dim", "int", 1, 4096),
-    Limit(gn.ROPE_FREQ_BASE, "rope_theta", f"{_CFG} rope_theta", "positive"),
+    Limit(gn.key("attention.key_length"), "head_dim", f"{_CFG} head_dim", "int", 1, 4096),
+    Limit(gn.key("attention.value_length"), "head_dim", f"{_CFG} head_dim", "int", 1, 4096),
+    Limit(gn.key("rope.freq_base"), "rope_theta", f"{_CFG} rope_theta", "positive"),
     Limit(
-        gn.ROPE_DIMENSION_COUNT,
+        gn.key("rope.dimension_count"),
         "rotary_dim",
         f"{_CFG} partial_rotary_factor x head_dim",
         "int",
         2,
         "head_dim",
     ),
-    Limit(gn.RMS_EPS, "rms_norm_eps", f"{_CFG} rms_norm_eps", "positive"),
-    Limit(gn.EXPERT_COUNT, "num_experts", f"{_CFG} num_experts", "int", 1, LLAMA_MAX_EXPERTS),
+    Limit(gn.key("attention.layer_norm_rms_epsilon"), "rms_norm_eps", f"{_CFG} rms_norm_eps", "positive"),
+    Limit(gn.key("expert_count"), "num_experts", f"{_CFG} num_experts", "int", 1, LLAMA_MAX_EXPERTS),
     Limit(
-        gn.EXPERT_USED_COUNT, "num_experts_per_tok", f"{_CFG} num_experts_per_tok", "int", 1, "num_experts"
+        gn.key("expert_used_count"),
+        "num_experts_per_tok",
+        f"{_CFG} num_experts_per_tok",
+        "int",
+        1,
+        "num_experts",
     ),
     Limit(
-        gn.EXPERT_FEED_FORWARD_LENGTH,
+        gn.key("expert_feed_forward_length"),
         "moe_intermediate_size",
         f"{_CFG} moe_intermediate_size",
         "int",
@@ -81,27 +95,29 @@ MODEL_LIMITS: tuple[Limit, ...] = (
         MAX_SIZE,
     ),
     Limit(
-        gn.EXPERT_SHARED_FEED_FORWARD_LENGTH,
+        gn.key("expert_shared_feed_forward_length"),
         "shared_expert_intermediate_size",
         f"{_CFG} shared_expert_intermediate_size",
         "int",
         1,
         MAX_SIZE,
     ),
-    Limit(gn.SSM_CONV_KERNEL, "linear_conv_kernel_dim", f"{_CFG} linear_conv_kernel_dim", "int", 2, 64),
-    Limit(gn.SSM_STATE_SIZE, "linear_key_head_dim", f"{_CFG} linear_key_head_dim", "int", 1, 4096),
-    Limit(gn.SSM_GROUP_COUNT, "linear_num_key_heads", f"{_CFG} linear_num_key_heads", "int", 1, 4096),
     Limit(
-        gn.SSM_TIME_STEP_RANK,
+        gn.key("ssm.conv_kernel"), "linear_conv_kernel_dim", f"{_CFG} linear_conv_kernel_dim", "int", 2, 64
+    ),
+    Limit(gn.key("ssm.state_size"), "linear_key_head_dim", f"{_CFG} linear_key_head_dim", "int", 1, 4096),
+    Limit(gn.key("ssm.group_count"), "linear_num_key_heads", f"{_CFG} linear_num_key_heads", "int", 1, 4096),
+    Limit(
+        gn.key("ssm.time_step_rank"),
         "linear_num_value_heads",
         f"{_CFG} linear_num_value_heads",
         "int",
         "linear_num_key_heads",
         4096,
     ),
-    Limit(gn.SSM_INNER_SIZE, "value_dim", f"{_CFG} linear value heads x head dim", "int", 1, MAX_SIZE),
+    Limit(gn.key("ssm.inner_size"), "value_dim", f"{_CFG} linear value heads x head dim", "int", 1, MAX_SIZE),
     Limit(
-        gn.FULL_ATTENTION_INTERVAL,
+        gn.key("full_attention_interval"),
         "full_attention_interval",
         f"{_CFG} full_attention_interval",
         "int",
@@ -111,18 +127,22 @@ MODEL_LIMITS: tuple[Limit, ...] = (
 )
 
 DIFFUSION_LIMITS: tuple[Limit, ...] = (
-    Limit(gn.DIFFUSION_BLOCK_SIZE, "block_size", f"{_GEN} block_size", "int", 1, MAX_BLOCK),
-    Limit(gn.DIFFUSION_THRESHOLD, "threshold", f"{_GEN} threshold", "real", 0, 1),
-    Limit(gn.DIFFUSION_LOGIT_SHIFT, "logit_shift", f"{_GEN} logit_shift", "int", 0, 1),
+    Limit(gn.key("diffusion.block_size"), "block_size", f"{_GEN} block_size", "int", 1, MAX_BLOCK),
+    Limit(gn.key("diffusion.threshold"), "threshold", f"{_GEN} threshold", "real", 0, 1),
+    Limit(gn.key("diffusion.logit_shift"), "logit_shift", f"{_GEN} logit_shift", "int", 0, 1),
     Limit(gn.DIFFUSION_CORESET_TOP_P, "coreset_top_p", f"{_CFG} moe_block_coreset_top_p", "real", 0, 1),
-    Limit(gn.DIFFUSION_MAX_NEW_TOKENS, "max_new_tokens", f"{_GEN} max_new_tokens", "int", 1, 2**31 - 1),
-    Limit(gn.DIFFUSION_PRESENCE_PENALTY, "presence_penalty", f"{_GEN} presence_penalty", "real"),
-    Limit(gn.DIFFUSION_FREQUENCY_PENALTY, "frequency_penalty", f"{_GEN} frequency_penalty", "real"),
-    Limit(gn.DIFFUSION_REPETITION_PENALTY, "repetition_penalty", f"{_GEN} repetition_penalty", "positive"),
-    Limit(gn.DIFFUSION_STOP_RAMP_START, "stop_ramp_start", f"{_GEN} stop_ramp_start", "real", 0, 1),
-    Limit(gn.DIFFUSION_STOP_RAMP_MAX, "stop_ramp_max", f"{_GEN} stop_ramp_max", "real"),
-    Limit(gn.DIFFUSION_THINK_RAMP_START, "think_ramp_start", f"{_GEN} think_ramp_start", "real", 0, 1),
-    Limit(gn.DIFFUSION_THINK_RAMP_MAX, "think_ramp_max", f"{_GEN} think_ramp_max", "real"),
+    Limit(
+        gn.key("diffusion.max_new_tokens"), "max_new_tokens", f"{_GEN} max_new_tokens", "int", 1, 2**31 - 1
+    ),
+    Limit(gn.key("diffusion.presence_penalty"), "presence_penalty", f"{_GEN} presence_penalty", "real"),
+    Limit(gn.key("diffusion.frequency_penalty"), "frequency_penalty", f"{_GEN} frequency_penalty", "real"),
+    Limit(
+        gn.key("diffusion.repetition_penalty"), "repetition_penalty", f"{_GEN} repetition_penalty", "positive"
+    ),
+    Limit(gn.key("diffusion.stop_ramp_start"), "stop_ramp_start", f"{_GEN} stop_ramp_start", "real", 0, 1),
+    Limit(gn.key("diffusion.stop_ramp_max"), "stop_ramp_max", f"{_GEN} stop_ramp_max", "real"),
+    Limit(gn.key("diffusion.think_ramp_start"), "think_ramp_start", f"{_GEN} think_ramp_start", "real", 0, 1),
+    Limit(gn.key("diffusion.think_ramp_max"), "think_ramp_max", f"{_GEN} think_ramp_max", "real"),
 )
 
 LIMITS = MODEL_LIMITS + DIFFUSION_LIMITS

@@ -126,7 +126,7 @@ def _walk(c: _Cursor, size: int) -> tuple[dict[str, Any], dict[str, tuple[int, t
     if not isinstance(align, int) or align <= 0 or align & (align - 1):
         raise GGUFError(f"{c.name}: general.alignment must be a power of two")
     data = c.pos + (-c.pos) % align
-    end = data
+    end = data if ranges else c.pos  # no tensors: no padded data section
     for start, stop, tname in sorted(ranges):
         if start % align or start < end - data:
             raise GGUFError(f"{c.name}: tensor {tname} data is misaligned or overlaps another tensor")

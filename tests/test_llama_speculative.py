@@ -200,9 +200,11 @@ def test_rollback_leaves_the_state_of_committing_only_the_kept_rows(gguf, ar_eng
     mask = gguf[1]
     prompt, rows = PROMPTS["long"], [11, 42, 7, 300, 5, 99]
     ident = LogitAdjustment.identity(spec_engine.vocab_size)
+    spec_engine.reset()  # a fresh prefill (not the previous case's sequence, extended) in both
     spec_engine.prefill(prompt, ident)
     spec_engine.verify_and_draft(rows, RowAdjustments.constant(ident, len(rows)), [mask] * 8)
     spec_engine.rollback(len(prompt) + kept)
+    ar_engine.reset()
     ar_engine.prefill(prompt + rows[:kept], ident)
     assert spec_engine.n_past == ar_engine.n_past == len(prompt) + kept
     # a 1-row commit runs the autoregressive delta-rule kernel, the verification the chunked one

@@ -435,7 +435,7 @@ def command(case: Case, ws: Workspace) -> list[str]:
     args = [a.format(**fill) for a in case.args]
     if case.tool == "convert":
         out = [] if "-o" in args else ["-o", str(ws.target)]
-        size = ["--split-max-size", "20M", "-t", "f32"] if case.send else []  # seconds of writing
+        size = ["--split-max-size", "20M", "--outtype", "f32"] if case.send else []  # seconds of writing
         return [sys.executable, "-m", "clover_convert.cli", str(ws.ckpt), *out, *size, *args]
     cli = [sys.executable, "-m", "clover_local.cli"]
     if case.tool == "info":

@@ -14,13 +14,13 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml patches/build.py $(wildcard patches/*.patch)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,server]'
 	$(BIN)/python patches/build.py --install
 	touch $@
 
 install-reference: install
 	$(BIN)/python -m pip install -q '$(TORCH)'
-	$(BIN)/python -m pip install -q -e '.[dev,reference]'
+	$(BIN)/python -m pip install -q -e '.[dev,server,reference]'
 
 test: install
 	$(BIN)/python -m pytest -q

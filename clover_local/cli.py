@@ -455,6 +455,11 @@ def serve(
     loading, decoding = options
     with user_errors():
         clover = load_model(model, **loading)
+    if api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
+        err.print(
+            f"[yellow]warning:[/yellow] listening on {host} without --api-key: "
+            "anyone who can reach this machine can use the model"
+        )
     name = alias or Path(clover.model_path).name
     config = ServerConfig(name, api_key=api_key, max_queued=max_queued, defaults=_request(decoding))
     with clover, user_errors():

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sse_starlette import EventSourceResponse
@@ -93,6 +94,8 @@ def create_app(clover: Clover, config: ServerConfig) -> FastAPI:
 
     app = FastAPI(title="clover serve", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.worker = worker
+    # browser apps on other origins may call it, as llama-cpp-python's and llama.cpp's servers allow
+    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
 
     @app.exception_handler(APIError)
     async def on_api_error(request: Request, e: APIError) -> JSONResponse:

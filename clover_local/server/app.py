@@ -26,6 +26,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sse_starlette import EventSourceResponse
+from starlette.exceptions import HTTPException
 
 from ..api import Clover
 from ..policy import RequestTooLong
@@ -100,6 +101,11 @@ def create_app(clover: Clover, config: ServerConfig) -> FastAPI:
     @app.exception_handler(APIError)
     async def on_api_error(request: Request, e: APIError) -> JSONResponse:
         return e.response()
+
+    @app.exception_handler(HTTPException)
+    async def on_http_error(request: Request, e: HTTPException) -> JSONResponse:
+        """Unknown paths (404) and wrong methods (405) as error objects too."""
+        return APIError(e.status_code, f"{request.method} {request.url.path}: {e.detail}").response()
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, e: RequestValidationError) -> JSONResponse:

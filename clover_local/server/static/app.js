@@ -113,7 +113,8 @@ function showStats(el, usage, stats, finish) {
   const parts = [`${usage.completion_tokens} tokens`, `finish: ${finish}`];
   if (stats) {
     parts.push(`${stats.passes} passes`, `${stats.mean_tokens_per_pass.toFixed(2)} tokens/pass`,
-               `${stats.generation_tokens_per_s.toFixed(1)} tokens/s`);
+               `${stats.generation_tokens_per_s.toFixed(1)} tokens/s`,
+               `prompt ${usage.prompt_tokens} tokens in ${stats.prompt_ms.toFixed(0)} ms`);
     el.dataset.passes = String(stats.passes);
   }
   el.textContent = parts.join(" · ");

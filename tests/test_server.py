@@ -247,6 +247,8 @@ def test_clover_settings_are_request_fields(server: Server, local: Clover) -> No
     ).model_extra["clover"]
     assert ar["mode"] == "ar" and ar["passes"] == len(ar["tokens"])
     assert server.health()["mode"] == "diffusion"  # a request's mode does not stick
+    newer = client.chat.completions.create(model="tiny", messages=QUESTION, max_completion_tokens=5)
+    assert newer.usage.completion_tokens == 5 and newer.choices[0].finish_reason == "length"
 
 
 def test_denoise_events_show_every_pass(server: Server) -> None:

@@ -26,6 +26,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sse_starlette import EventSourceResponse
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
 from ..api import Clover
@@ -195,7 +196,8 @@ def create_app(clover: Clover, config: ServerConfig) -> FastAPI:
             raise api_error(first.payload)
         if first.kind == "result":
             return JSONResponse(to_json(first.payload))
-        return EventSourceResponse(stream(job), ping=15)
+        # the stream's own cleanup cancels the job; the background task too, should it never start
+        return EventSourceResponse(stream(job), ping=15, background=BackgroundTask(job.cancel))
 
     return app
 

@@ -74,6 +74,7 @@ class RequestBase(CloverSettings):
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, description="OpenAI's newer name of max_tokens")
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
@@ -94,6 +95,7 @@ class RequestBase(CloverSettings):
         """Keyword arguments of `Clover.create_*_completion`: the server's defaults, then what this
         request sets (a field left out or null keeps the default)."""
         own = {name: getattr(self, name) for name in FORWARDED}
+        own["max_tokens"] = self.max_tokens or self.max_completion_tokens
         return {**defaults, **{k: v for k, v in own.items() if v is not None}}
 
 

@@ -323,6 +323,10 @@ def test_openai_client_raises_on_errors(server: Server) -> None:
         server.client().completions.create(model="tiny", prompt="clover " * 9000, max_tokens=8)
     with pytest.raises(openai.NotFoundError):
         server.client().embeddings.create(model="tiny", input="hi")
+    with pytest.raises(openai.BadRequestError, match="token ids"):
+        server.client().completions.create(model="tiny", prompt=[1, 2, 10**6], max_tokens=8)
+    with pytest.raises(openai.BadRequestError, match="empty"):
+        server.client().completions.create(model="tiny", prompt="", max_tokens=8)
     status, body = server.get("/v1/chat/completions")
     assert status == 405 and "Method Not Allowed" in body["error"]["message"]
 

@@ -148,6 +148,9 @@ def create_app(clover: Clover, config: ServerConfig) -> FastAPI:
     @app.post("/v1/completions", dependencies=[Depends(authorize)])
     async def completions(body: CompletionRequest, request: Request) -> Response:
         kwargs = checked(body)
+        vocab = clover.tokenizer.vocab_size
+        if isinstance(body.prompt, list) and not all(0 <= t < vocab for t in body.prompt):
+            raise APIError(400, f"prompt: token ids must lie in [0, {vocab})", param="prompt")
 
         def start(on_event):  # runs on the worker thread
             return clover.create_completion(

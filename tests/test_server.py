@@ -214,6 +214,11 @@ def test_chat_stream_matches_the_whole_answer(server: Server) -> None:
     assert [c.choices[0].finish_reason for c in chunks][-1] == whole.choices[0].finish_reason
     assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    with_usage = client.chat.completions.create(
+        model="tiny", messages=QUESTION, max_tokens=8, stream=True, stream_options={"include_usage": True}
+    )
+    last = list(with_usage)[-1]  # OpenAI's usage chunk: no choices
+    assert last.choices == [] and last.usage.total_tokens == last.usage.prompt_tokens + 8
 
 
 def test_completions_stream_and_not(server: Server, local: Clover) -> None:

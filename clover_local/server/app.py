@@ -200,7 +200,9 @@ def create_app(clover: Clover, config: ServerConfig) -> FastAPI:
         if first.kind == "result":
             return JSONResponse(to_json(first.payload))
         # the stream's own cleanup cancels the job; the background task too, should it never start
-        return EventSourceResponse(stream(job), ping=15, background=BackgroundTask(job.cancel))
+        usage = body.stream_options is not None and body.stream_options.include_usage
+        events = stream(job, usage)
+        return EventSourceResponse(events, ping=15, background=BackgroundTask(job.cancel))
 
     return app
 
@@ -218,13 +220,18 @@ async def next_message(request: Request, job: Job) -> Message | None:
             return None
 
 
-async def stream(job: Job) -> AsyncIterator[dict[str, str]]:
-    """Server-sent events of a streamed job; closing it (the client left) cancels the job."""
+async def stream(job: Job, usage_chunk: bool = False) -> AsyncIterator[dict[str, str]]:
+    """Server-sent events of a streamed job; closing it (the client left) cancels the job.
+
+    The finishing chunk carries `usage` (as llama-cpp-python's); with `stream_options.include_usage`
+    a last chunk with no choices repeats it, as OpenAI sends it."""
     try:
         while True:
             m = await job.out.get()
             if m.kind == "chunk":
                 yield {"data": json.dumps(to_json(m.payload))}
+                if usage_chunk and "usage" in m.payload:
+                    yield {"data": json.dumps({**to_json(m.payload), "choices": []})}
             elif m.kind == "pass":
                 yield {"event": "clover.pass", "data": json.dumps(m.payload)}
             elif m.kind == "error":

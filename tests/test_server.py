@@ -493,3 +493,11 @@ def test_page_streams_and_shows_the_blocks_denoise(start, browser: Any, tmp_path
     assert int(drawn) == int(stats.get_attribute("data-passes")) > 0
     assert len(browser.find_elements(By.CSS_SELECTOR, "#block .cell")) == 32  # the last block
     assert "tokens/pass" in stats.text
+    # a second turn: the conversation so far goes with it (more prompt tokens than the first)
+    browser.find_element(By.ID, "prompt").send_keys("Why?\n")
+    wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, done)) == 2)
+    first, second = (
+        m.find_element(By.CSS_SELECTOR, ".stats").text for m in browser.find_elements(By.CSS_SELECTOR, done)
+    )
+    prompt_tokens = [int(s.split("prompt ")[1].split()[0]) for s in (first, second)]
+    assert prompt_tokens[1] > prompt_tokens[0] + 10

@@ -43,6 +43,7 @@ pytestmark = pytest.mark.llama
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 # the think ramp forces `</think>` after a few tokens, so answers have reasoning and content
 RAMPS = {"think_ramp_start": 0.0, "think_ramp_max": 60.0, "presence_penalty": 0.4, "repeat_penalty": 1.2}
+THINKING = {**RAMPS, "thinking": True}
 KEY = "sk-test-0123456789"
 
 
@@ -185,9 +186,9 @@ def test_models_and_health(server: Server) -> None:
 def test_chat_matches_the_model_in_process(server: Server, local: Clover) -> None:
     """The openai client's answer, not streamed, is the in-process `Clover` answer exactly."""
     got = server.client().chat.completions.create(
-        model="tiny", messages=QUESTION, max_tokens=48, extra_body=RAMPS
+        model="tiny", messages=QUESTION, max_tokens=48, extra_body=THINKING
     )
-    want = local.create_chat_completion(QUESTION, max_tokens=48, **RAMPS)
+    want = local.create_chat_completion(QUESTION, max_tokens=48, **THINKING)
     msg, want_msg = got.choices[0].message, want["choices"][0]["message"]
     assert msg.content == want_msg["content"] and msg.content
     assert msg.model_extra["reasoning_content"] == want_msg["reasoning_content"]
@@ -200,10 +201,12 @@ def test_chat_matches_the_model_in_process(server: Server, local: Clover) -> Non
 
 def test_chat_stream_matches_the_whole_answer(server: Server) -> None:
     client = server.client()
-    whole = client.chat.completions.create(model="tiny", messages=QUESTION, max_tokens=48, extra_body=RAMPS)
+    whole = client.chat.completions.create(
+        model="tiny", messages=QUESTION, max_tokens=48, extra_body=THINKING
+    )
     chunks = list(
         client.chat.completions.create(
-            model="tiny", messages=QUESTION, max_tokens=48, stream=True, extra_body=RAMPS
+            model="tiny", messages=QUESTION, max_tokens=48, stream=True, extra_body=THINKING
         )
     )
     assert chunks[0].choices[0].delta.role == "assistant"

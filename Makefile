@@ -45,7 +45,7 @@ demo: install
 	$(BIN)/clover info $(DEMO)/clover-tiny-Q8_0.gguf
 	printf 'Hello there!\n/think off\nWhat is a clover?\n' | $(BIN)/clover chat $(DEMO)/clover-tiny-Q8_0.gguf -n 48
 	$(BIN)/clover generate $(DEMO)/clover-tiny-Q8_0.gguf -p "Write a haiku about clover." -n 64 --visual
-	$(BIN)/python -m clover_local.reference.demo --checkpoint $(DEMO)/checkpoint --max-new-tokens 32
+	$(BIN)/python -m clover_local.reference_demo --checkpoint $(DEMO)/checkpoint --max-new-tokens 32
 
 clean:
 	rm -rf $(VENV) build

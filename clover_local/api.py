@@ -23,13 +23,14 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from . import policy, speculative
-from .config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
-from .decode import Backend, BlockEvent, Event, PassEvent, Result, TokenEvent, generate, generate_ar
-from .model_info import ModelFileError, ModelInfo, read_info
+from .backend import Backend
+from .loops import BlockEvent, Event, PassEvent, Result, TokenEvent, ar_loop, diffusion_loop
+from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
+from .model.gguf_info import ModelFileError, ModelInfo, read_info
+from .model.tokenizer import THINK_END, THINK_START, CloverTokenizer
 from .policy import DecodingSettings
 from .sampling import GumbelBackend
 from .textstream import CONTENT, REASONING, Delta, TextStream
-from .tokenizer import THINK_END, THINK_START, CloverTokenizer
 
 Mode = Literal["diffusion", "ar", "speculative"]
 MODES = ("diffusion", "ar", "speculative")
@@ -175,7 +176,7 @@ class Clover:
 
     `Clover(path)` runs a GGUF through the patched llama.cpp. `from_checkpoint` runs a Hugging Face
     checkpoint directory on the numpy reference (exact but slow: for checking a conversion and for
-    tests), and `from_backend` wraps any `decode.Backend` plus a tokenizer.
+    tests), and `from_backend` wraps any `backend.Backend` plus a tokenizer.
     """
 
     def __init__(
@@ -204,8 +205,8 @@ class Clover:
         limit = _context_limit(n_ctx)
         from llama_cpp import _logger
 
-        from .gguf_tokenizer import GgufTokenizer
         from .llama.engine import LlamaEngine
+        from .llama.tokenizer import GgufTokenizer
 
         _logger.set_verbose(verbose)
         engine = LlamaEngine(
@@ -373,13 +374,13 @@ class Clover:
             backend = self.backend
             if temperature > 0:
                 backend = GumbelBackend(backend, temperature, np.random.default_rng(seed))
-            return generate_ar(backend, tokens, s)
+            return ar_loop(backend, tokens, s)
         if self.mode == "speculative":
             if not hasattr(self.backend, "verify_and_draft"):
                 raise ValueError("this backend cannot run the speculative mode (no verify_and_draft pass)")
             spec = replace(self.draft, temperature=temperature, seed=seed)
-            return speculative.generate(self.backend, tokens, s, spec)
-        return generate(self.backend, tokens, s)
+            return speculative.speculative_loop(self.backend, tokens, s, spec)
+        return diffusion_loop(self.backend, tokens, s)
 
     def _run(
         self,

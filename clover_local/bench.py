@@ -20,7 +20,7 @@ from typing import Any
 
 from . import policy, simulation
 from .api import Clover
-from .speculative import RowAdjustments
+from .backend import RowAdjustments
 
 SIMULATED_K = (1, 2, 4, 8, 16)
 SIMULATED_ACCEPT = (0, 1, 2, 4, 8)

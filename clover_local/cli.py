@@ -15,23 +15,23 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from enum import Enum
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from clover_convert.cli import convert_command
 from rich.console import Console
 from rich.table import Table
 
-from . import model_source
 from .api import MODES, Clover
 from .bench import run_bench
 from .chat import ChatSession, drain
-from .config import ConfigError
 from .llama.engine import EngineError
-from .model_info import ModelFileError, read_info
+from .model import location
+from .model.config import ConfigError
+from .model.gguf_info import ModelFileError, read_info
+from .model.tokenizer import ChatTemplateError
 from .speculative import SpeculativeSettings
-from .tokenizer import ChatTemplateError
 from .visual import BlockView
 
 app = typer.Typer(
@@ -58,7 +58,10 @@ def fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
-app.command("convert", help="Convert a Clover checkpoint to GGUF (same as clover-convert).")(convert_command)
+# Commands other installed packages add to `clover` (the converter's `convert`, the same as
+# `clover-convert`): the runtime depends on no tool built on it.
+for _command in entry_points(group="clover_local.commands"):
+    app.command(_command.name)(_command.load())
 
 
 @app.command()
@@ -116,11 +119,11 @@ def verify(
     commit, and a short greedy block-diffusion generation. Exits 1 past the file type's tolerance
     (F32/F16/BF16: logits; quantized types: token agreement of the generation).
     """
-    from .verify import verify as run_verify
+    from .conversion_check import check_conversion
 
     with user_errors():
         read_info(model)
-        report = run_verify(
+        report = check_conversion(
             model, reference, prompt, max_new_tokens=max_tokens, n_gpu_layers=n_gpu_layers, n_threads=threads
         )
     if as_json:
@@ -305,7 +308,7 @@ def load_model(
     adaptive: bool = True,
 ) -> Clover:
     """Resolve MODEL (downloading a Hub GGUF) and load it on the chosen backend."""
-    path = model_source.resolve(model, file)
+    path = location.resolve(model, file)
     if backend is BackendName.reference:
         if not path.is_dir():
             raise ModelFileError(
@@ -497,7 +500,7 @@ def bench(
     speculative) side by side."""
     (loading,) = options
     with user_errors():
-        path = model_source.resolve(model, loading.pop("file"))
+        path = location.resolve(model, loading.pop("file"))
         if loading["backend"] is BackendName.llama and path.is_file():
             # an --ar-only file: no previews to time; else the speculative snapshots, so every mode runs
             diffusion = read_info(path).has_diffusion_tensors

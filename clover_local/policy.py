@@ -1,5 +1,5 @@
 """The decoding policy, one for every backend: fill rule, logit adjustment, penalties, ramps,
-stops and the length limit (CLOVER.md 2.1, 2.5; docs/design.md "Decoding").
+stops and the length limit (docs/model.md 2.1, 2.5; docs/design.md "Decoding").
 
 A backend only runs passes and returns, per row, the argmax token and its probability after the
 logit adjustment built here (`pick` is that contract in numpy). Every decision about which
@@ -14,49 +14,12 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .config import CONTEXT_LIMIT, GenerationDefaults
+from .backend import LogitAdjustment, RowAdjustments
+from .model.config import CONTEXT_LIMIT, GenerationDefaults
 
 
 class RequestTooLong(ValueError):
     """A request cannot fit the model's context (prompt + room to finish the last block)."""
-
-
-@dataclass(frozen=True)
-class LogitAdjustment:
-    """Per-vocab vectors of `l' = max(l,0) * pos_scale + min(l,0) * neg_scale + bias`."""
-
-    pos_scale: np.ndarray
-    neg_scale: np.ndarray
-    bias: np.ndarray
-
-    @classmethod
-    def identity(cls, vocab_size: int) -> LogitAdjustment:
-        ones = np.ones(vocab_size, dtype=np.float32)
-        return cls(ones, ones.copy(), np.zeros(vocab_size, dtype=np.float32))
-
-
-def adjust_logits(logits: np.ndarray, adj: LogitAdjustment) -> np.ndarray:
-    """Apply the adjustment to logits [..., V]; the same formula runs in the llama.cpp graph."""
-    return np.maximum(logits, 0) * adj.pos_scale + np.minimum(logits, 0) * adj.neg_scale + adj.bias
-
-
-def pick(logits: np.ndarray, adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of logits [T, V]: the argmax token after adjustment and its softmax probability."""
-    adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj)
-    tokens = adjusted.argmax(axis=-1)
-    top = np.take_along_axis(adjusted, tokens[:, None], axis=-1)
-    probs = 1.0 / np.exp(adjusted - top).sum(axis=-1)
-    return tokens, probs
-
-
-def distribution(logits: np.ndarray, adj: LogitAdjustment, temperature: float) -> np.ndarray:
-    """Sampling distributions [..., V]: softmax of the adjusted logits / temperature (> 0).
-
-    What a sampled mode draws from; the same adjustment as `pick`, so greedy is its limit at 0.
-    """
-    adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj) / temperature
-    e = np.exp(adjusted - adjusted.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 @dataclass(frozen=True)
@@ -110,7 +73,7 @@ def check_length(prompt_len: int, s: DecodingSettings) -> None:
 
 
 def resolved_response(response: Sequence[int], block: Sequence[int], mask_token_id: int) -> list[int]:
-    """Response tokens the penalties and ramps count (CLOVER.md 2.5 [ours]).
+    """Response tokens the penalties and ramps count (docs/model.md 2.5 [ours]).
 
     The committed response plus the current block's resolved positions (in position order);
     the prompt never counts. One count serves every row of a pass.
@@ -121,7 +84,7 @@ def resolved_response(response: Sequence[int], block: Sequence[int], mask_token_
 def ramp(n_generated: int, budget: int, start: float, peak: float) -> float:
     """A ramp's bias: 0 up to start x budget tokens, then linear to `peak` at the budget.
 
-    CLOVER.md 2.5 [ours]; the budget is max_new_tokens.
+    docs/model.md 2.5 [ours]; the budget is max_new_tokens.
     """
     begin = start * budget
     if peak == 0 or n_generated <= begin:
@@ -172,7 +135,7 @@ def adjustment_rows(
     """`adjustment(s, V, prompt, [*response, *rows[:j + 1]])` at the sorted token `ids` only, for
     every row j: [len(ids)] vectors, counting the response once, O(len(response) + len(rows) x
     len(ids)) whatever the vocabulary. `ids` must hold every row token. Per-row adjustments differ
-    from a shared base only at a few ids (`speculative.RowAdjustments`).
+    from a shared base only at a few ids (`backend.RowAdjustments`, `row_adjustments`).
     """
     ids = np.asarray(ids, dtype=np.int64)
     seen, n = np.unique(np.asarray(response, dtype=np.int64), return_counts=True)
@@ -187,6 +150,21 @@ def adjustment_rows(
         entries = _entries_of_counts(s, ids[present], counts[present], len(response) + j + 1, inside)
         out.append(_restrict(ids, *entries))
     return out
+
+
+def row_adjustments(
+    s: DecodingSettings,
+    vocab_size: int,
+    prompt: Sequence[int],
+    response: Sequence[int],
+    rows: Sequence[int],
+) -> RowAdjustments:
+    """Adjustments of causal rows that append `rows` (response tokens) after `response`."""
+    touched = {*rows, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])}
+    ids = np.array(sorted(t for t in touched if 0 <= t < vocab_size), dtype=np.int64)
+    per_row = adjustment_rows(s, ids, prompt, response, rows)
+    values = [np.stack([getattr(a, f) for a in per_row]) for f in ("pos_scale", "neg_scale", "bias")]
+    return RowAdjustments(adjustment(s, vocab_size, prompt, response), ids, *values)
 
 
 def _restrict(ids: np.ndarray, entry_ids: np.ndarray, values: list[np.ndarray]) -> LogitAdjustment:
@@ -236,7 +214,7 @@ def _scatter(adj: LogitAdjustment, at: np.ndarray, values: list[np.ndarray]) -> 
 
 
 def block_extent(block: Sequence[int], s: DecodingSettings, remaining: int) -> tuple[int, bool]:
-    """Stop rule (CLOVER.md 2.1): how many leading block positions the response needs, and whether
+    """Stop rule (docs/model.md 2.1): how many leading block positions the response needs, and whether
     a stop token ends it.
 
     The extent is the block, cut to the remaining budget, cut again just after the first resolved
@@ -252,7 +230,7 @@ def block_extent(block: Sequence[int], s: DecodingSettings, remaining: int) -> t
 
 
 def fill_positions(probs: np.ndarray, masked: np.ndarray, threshold: float) -> np.ndarray:
-    """Fill rule (CLOVER.md 2.1 [vendor]): the masked positions whose candidate probability is at
+    """Fill rule (docs/model.md 2.1 [vendor]): the masked positions whose candidate probability is at
     least `threshold`; if none, the single most confident one (the lowest position on a tie).
 
     `masked` flags the positions still open (inside the block extent). Returns sorted positions.

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .decode import Backend
-from .policy import LogitAdjustment
+from .backend import Backend, LogitAdjustment
 
 
 def gumbel(adj: LogitAdjustment, temperature: float, rng: np.random.Generator) -> LogitAdjustment:

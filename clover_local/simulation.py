@@ -2,8 +2,8 @@
 
 Random weights never reach the confidence threshold (a preview resolves one token) and their
 drafts never agree with the verifier, so the engine's speed at a trained model's acceptance
-cannot be seen on them. These wrappers run the unchanged `decode.generate` and
-`speculative.generate` loops on a real backend and rewrite only what decides acceptance: the
+cannot be seen on them. These wrappers run the unchanged `loops.diffusion_loop` and
+`speculative.speculative_loop` loops on a real backend and rewrite only what decides acceptance: the
 confidences of a preview (exactly `k` masked positions per pass are sure) or the verifier's picks
 (exactly `a` drafted tokens agree). Every pass, fused pass, rollback and host step of a real run
 happens; the tokens are the random model's. Results carry `SIMULATION_LABEL` wherever reported.
@@ -17,22 +17,23 @@ from typing import Any
 
 import numpy as np
 
-from . import decode, speculative
-from .policy import DecodingSettings, LogitAdjustment
-from .speculative import RowAdjustments, SpeculativeSettings, Verification
+from . import loops, speculative
+from .backend import Backend, LogitAdjustment, RowAdjustments, SpeculativeBackend, Verification
+from .policy import DecodingSettings
+from .speculative import SpeculativeSettings
 
 SIMULATION_LABEL = "labelled simulation: random weights, acceptance fixed per pass (not a model's output)"
 
 
 class FixedFill:
-    """A `decode.Backend` whose previews are sure of exactly the first `k` masked positions.
+    """A `backend.Backend` whose previews are sure of exactly the first `k` masked positions.
 
     Candidates keep the model's tokens; only the probabilities change: 1 for the chosen
-    positions, 0 elsewhere, after the loop's alignment (`decode.aligned_candidates`: with logit
+    positions, 0 elsewhere, after the loop's alignment (`loops.aligned_candidates`: with logit
     shift 1, position 0 takes the anchor's probability, so anchors report 1).
     """
 
-    def __init__(self, inner: decode.Backend, k: int, s: DecodingSettings):
+    def __init__(self, inner: Backend, k: int, s: DecodingSettings):
         if k < 1 or not 0 < s.threshold <= 1:
             raise ValueError("a fill simulation needs k >= 1 and a threshold in (0, 1]")
         self.inner, self.k, self.s = inner, k, s
@@ -65,14 +66,14 @@ class FixedFill:
 
 
 class FixedAccept:
-    """A `speculative.SpeculativeBackend` whose verifier agrees with exactly `a` drafted tokens.
+    """A `backend.SpeculativeBackend` whose verifier agrees with exactly `a` drafted tokens.
 
     The verifier's picks for the first `a` drafted positions are replaced by the drafted tokens
     and the next pick is made to differ; the drafts' confidences read 1 (no threshold cut).
     Greedy only: a sampled run's acceptance is decided by the distributions.
     """
 
-    def __init__(self, inner: speculative.SpeculativeBackend, a: int):
+    def __init__(self, inner: SpeculativeBackend, a: int):
         if a < 0:
             raise ValueError("a must be >= 0")
         self.inner, self.a = inner, a
@@ -105,7 +106,7 @@ class FixedAccept:
         return dataclasses.replace(v, tokens=picks, draft_probs=np.ones_like(v.draft_probs))
 
 
-def _speed(result: decode.Result, passes: int) -> dict[str, Any]:
+def _speed(result: loops.Result, passes: int) -> dict[str, Any]:
     n = len(result.tokens)
     return {
         "tokens": n,
@@ -116,15 +117,15 @@ def _speed(result: decode.Result, passes: int) -> dict[str, Any]:
     }
 
 
-def diffusion(backend: decode.Backend, prompt: Sequence[int], s: DecodingSettings, k: int) -> dict[str, Any]:
+def diffusion(backend: Backend, prompt: Sequence[int], s: DecodingSettings, k: int) -> dict[str, Any]:
     """Block diffusion resolving exactly `k` tokens per preview pass (no stop tokens)."""
     s = dataclasses.replace(s, stop_token_ids=())
-    result = decode.complete(FixedFill(backend, k, s), prompt, s)
+    result = loops.complete(FixedFill(backend, k, s), prompt, s)
     return _speed(result, sum(result.passes_per_block))
 
 
 def self_speculative(
-    backend: speculative.SpeculativeBackend,
+    backend: SpeculativeBackend,
     prompt: Sequence[int],
     s: DecodingSettings,
     a: int,
@@ -134,7 +135,7 @@ def self_speculative(
     drafted), the draft length adapting as in a real run (no stop tokens)."""
     s = dataclasses.replace(s, stop_token_ids=())
     spec = dataclasses.replace(spec or SpeculativeSettings(), temperature=0.0)
-    result = decode.last_result(speculative.generate(FixedAccept(backend, a), prompt, s, spec))
+    result = loops.last_result(speculative.speculative_loop(FixedAccept(backend, a), prompt, s, spec))
     assert isinstance(result, speculative.SpeculativeResult)
     out = _speed(result, len(result.accepted))
     out["mean_draft_length"] = float(np.mean(result.draft_lengths)) if result.draft_lengths else 0.0

@@ -1,4 +1,4 @@
-"""Self-speculative decoding (CLOVER.md 2.5): the preview drafts, the causal pass verifies, in one pass.
+"""Self-speculative decoding (docs/model.md 2.5): the preview drafts, the causal pass verifies, in one pass.
 
 Terms. The backend's sequence holds n committed positions. The *pending* token is the next
 response token, already decided (the causal pick at row n-1, or a sample of it) but not yet in the
@@ -22,7 +22,7 @@ ran over a state holding the rejected rows, so it is discarded and the next iter
 the bonus alone and drafts in the same pass: no extra pass and never a stale draft.
 
 Stops and budget: one policy (`policy`) for every mode. Row j's adjustment counts the response
-plus rows[:j+1] (`RowAdjustments`), exactly as `decode.generate_ar`'s step would; a draft is cut
+plus rows[:j+1] (`RowAdjustments`), exactly as `loops.ar_loop`'s step would; a draft is cut
 after its first stop token and to the remaining budget, and every returned token is committed.
 """
 
@@ -31,108 +31,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
 from . import policy
-from .decode import Backend, Result
-from .policy import DecodingSettings, LogitAdjustment
-
-
-@dataclass(frozen=True)
-class RowAdjustments:
-    """Per-row logit adjustments of a causal pass: one shared base plus, per row, values at a few ids.
-
-    Row j predicts the token that follows rows[:j+1], so its penalties and ramps count the
-    response plus those rows (as one `ar` step each would). Against the base (the response alone)
-    that changes only the rows' own tokens, the stop tokens (stop ramp) and `</think>` (think
-    ramp): `ids` holds those, so a graph uploads the base once and [rows, len(ids)] numbers more.
-    """
-
-    base: LogitAdjustment
-    ids: np.ndarray  # [K] token ids whose values differ between rows
-    pos_scale: np.ndarray  # [rows, K]
-    neg_scale: np.ndarray  # [rows, K]
-    bias: np.ndarray  # [rows, K]
-
-    @classmethod
-    def constant(cls, adj: LogitAdjustment, n_rows: int) -> RowAdjustments:
-        """The same adjustment for every row (a prompt row: nothing it appends counts)."""
-        empty = np.zeros((n_rows, 0), dtype=np.float32)
-        return cls(adj, np.zeros(0, dtype=np.int64), empty, empty, empty)
-
-    @classmethod
-    def for_rows(
-        cls,
-        s: DecodingSettings,
-        vocab_size: int,
-        prompt: Sequence[int],
-        response: Sequence[int],
-        rows: Sequence[int],
-    ) -> RowAdjustments:
-        """Adjustments of causal rows that append `rows` (response tokens) after `response`."""
-        touched = {*rows, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])}
-        ids = np.array(sorted(t for t in touched if 0 <= t < vocab_size), dtype=np.int64)
-        per_row = policy.adjustment_rows(s, ids, prompt, response, rows)
-        values = [np.stack([getattr(a, f) for a in per_row]) for f in ("pos_scale", "neg_scale", "bias")]
-        return cls(policy.adjustment(s, vocab_size, prompt, response), ids, *values)
-
-    def __len__(self) -> int:
-        return self.bias.shape[0]
-
-    def row(self, j: int) -> LogitAdjustment:
-        """Row j's full adjustment."""
-        b = self.base
-        pos, neg, bias = b.pos_scale.copy(), b.neg_scale.copy(), b.bias.copy()
-        pos[self.ids], neg[self.ids], bias[self.ids] = self.pos_scale[j], self.neg_scale[j], self.bias[j]
-        return LogitAdjustment(pos, neg, bias)
-
-    def last(self) -> LogitAdjustment:
-        """The adjustment of the preview rows: the last causal row's (the base when there is none)."""
-        return self.row(len(self) - 1) if len(self) else self.base
-
-
-@dataclass(frozen=True)
-class Verification:
-    """What one speculative pass returns: O(block) numbers greedy, full rows only when sampling.
-
-    `tokens` / `probs`: per causal row the argmax after that row's adjustment and its probability
-    (`policy.pick`); row j predicts position start + j + 1. `draft_tokens` / `draft_probs`: the
-    same for the preview rows under `RowAdjustments.last()`; row i predicts position
-    start + len(causal rows) + i + 1. With temperature > 0, `dist` / `draft_dist` hold the rows'
-    sampling distributions (`policy.distribution`), else None.
-    """
-
-    tokens: np.ndarray
-    probs: np.ndarray
-    draft_tokens: np.ndarray
-    draft_probs: np.ndarray
-    dist: np.ndarray | None = None  # [causal rows, V]
-    draft_dist: np.ndarray | None = None  # [preview rows, V]
-
-
-class SpeculativeBackend(Backend, Protocol):
-    """A `Backend` that can verify a draft and draft the next block in one pass, and roll back."""
-
-    def verify_and_draft(
-        self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
-    ) -> Verification:
-        """One pass: `tokens` run causally after the sequence (appended, with a recurrent-state
-        snapshot after every row), then `preview` (mask ids, or draft tokens when refining) runs as
-        a denoising block right after them over the state they produce, writing nothing.
-
-        `tokens` may be empty (a plain preview) and `preview` may be empty (a plain commit). Causal
-        row j uses `adjs.row(j)`, preview rows `adjs.last()`; temperature > 0 asks for the
-        distributions too (a graph could instead sample in place from one uniform per row).
-        """
-        ...
-
-    def rollback(self, n_keep: int) -> None:
-        """Truncate the sequence to its first `n_keep` positions: 0 (empty), or anywhere from the
-        start of the last `verify_and_draft`'s causal rows to the end (K/V cut, GDN conv and
-        recurrent state restored from that pass's snapshot)."""
-        ...
+from .backend import LogitAdjustment, RowAdjustments, SpeculativeBackend, Verification
+from .loops import Result
+from .policy import DecodingSettings
 
 
 @dataclass(frozen=True)
@@ -312,19 +217,19 @@ def _accept(v: Verification, draft: _Draft, rng: np.random.Generator) -> tuple[i
 
 
 def _ar_step(backend: SpeculativeBackend, token: int, adj: LogitAdjustment) -> Verification:
-    """A greedy iteration without draft or preview, as `decode.generate_ar` runs it: one `commit`."""
+    """A greedy iteration without draft or preview, as `loops.ar_loop` runs it: one `commit`."""
     pick, prob = backend.commit([token], adj)
     return Verification(np.array([pick]), np.array([prob]), np.zeros(0, dtype=np.int64), np.zeros(0))
 
 
-def generate(
+def speculative_loop(
     backend: SpeculativeBackend,
     prompt: Sequence[int],
     s: DecodingSettings,
     spec: SpeculativeSettings | None = None,
 ) -> Iterator[IterationEvent | SpeculativeResult]:
     """Run one request in the `speculative` mode; yields an `IterationEvent` per iteration, then the
-    `SpeculativeResult`. Greedy output equals `decode.generate_ar`'s; sampled output has its
+    `SpeculativeResult`. Greedy output equals `loops.ar_loop`'s; sampled output has its
     distribution. Afterwards the state holds the prompt followed by `Result.tokens`.
     """
     spec = spec or SpeculativeSettings()
@@ -384,7 +289,7 @@ def generate(
         ends = any(t in stops for t in rows) or len(draft.tokens) == room  # if every draft token is kept
         wanted = not ends and preview_fits(position + len(rows))
         if draft.tokens or wanted or temp > 0:
-            adjs = RowAdjustments.for_rows(s, vocab, prompt, response, rows)
+            adjs = policy.row_adjustments(s, vocab, prompt, response, rows)
             v = backend.verify_and_draft(rows, adjs, masks() if wanted else [], temp)
         else:  # nothing to verify or draft: the `ar` loop's own step (the commit path, no snapshots)
             v = _ar_step(backend, pending, policy.adjustment(s, vocab, prompt, [*response, pending]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .tokenizer import THINK_END
+from .model.tokenizer import THINK_END
 
 CONTENT, REASONING = "content", "reasoning_content"
 Delta = tuple[str, str]  # (field, text)

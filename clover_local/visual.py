@@ -15,8 +15,8 @@ from rich.live import Live
 from rich.text import Text
 
 from .api import AnyEvent, appended
-from .decode import BlockEvent, PassEvent
-from .tokenizer import THINK_END
+from .loops import BlockEvent, PassEvent
+from .model.tokenizer import THINK_END
 
 MASK_GLYPH = "░"
 

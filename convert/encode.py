@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from clover_local.checkpoint import bf16_bits, release_pages
+from clover_local.model.checkpoint import bf16_bits, release_pages
 
 from .mix import nbytes
 from .quantize import Ggml

@@ -15,8 +15,8 @@ import numpy as np
 from gguf import GGUFReader, ReaderTensor
 from gguf.quants import dequantize
 
-from clover_local import gguf_names as gn
-from clover_local.config import CloverConfig
+from clover_local.model import gguf_names as gn
+from clover_local.model.config import CloverConfig
 
 from .plan import ExpertSpec, TensorSpec, tensor_specs
 from .transforms import gate_up_join

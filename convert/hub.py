@@ -1,7 +1,7 @@
 """Where the checkpoint comes from: a local directory, or a Hugging Face repo id to download.
 
 Downloads go to the normal Hugging Face cache (`huggingface_hub.snapshot_download`, through
-`clover_local.hub`), so local conversions never touch the network or need the package.
+`clover_local.model.hub`), so local conversions never touch the network or need the package.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from clover_local.hub import hub, is_repo_id
+from clover_local.model.hub import hub, is_repo_id
 
 from .errors import ConvertError
 

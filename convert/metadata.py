@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from gguf import GGML_QUANT_VERSION, GGUFWriter, size_label
 
-from clover_local import gguf_names as gn
-from clover_local.config import CONTEXT_LIMIT, CheckpointConfig
+from clover_local.model import gguf_names as gn
+from clover_local.model.config import CONTEXT_LIMIT, CheckpointConfig
 
 from .mix import OutType
 

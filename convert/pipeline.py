@@ -17,8 +17,8 @@ from pathlib import Path
 
 from gguf import GGUFWriter
 
-from clover_local.checkpoint import Checkpoint, CheckpointError
-from clover_local.config import ConfigError
+from clover_local.model.checkpoint import Checkpoint, CheckpointError
+from clover_local.model.config import ConfigError
 
 from . import hub, quantize, writer
 from .encode import Encoder

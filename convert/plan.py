@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from clover_local import gguf_names as gn
-from clover_local.checkpoint import CLOVER_GDN_EXTRAS, Checkpoint, expected_shapes, to_float
-from clover_local.config import CloverConfig
+from clover_local.model import gguf_names as gn
+from clover_local.model.checkpoint import CLOVER_GDN_EXTRAS, Checkpoint, expected_shapes, to_float
+from clover_local.model.config import CloverConfig
 
 from .encode import Piece
 from .errors import ConvertError

@@ -1,4 +1,4 @@
-"""Every checkpoint -> GGUF tensor transform, each next to its inverse (CLOVER.md section 1).
+"""Every checkpoint -> GGUF tensor transform, each next to its inverse (docs/model.md section 1).
 
 The forward direction mirrors upstream llama.cpp's `Qwen3_5MoeTextModel` conversion (value heads
 reordered from grouped-by-key-head to tiled order, `A_log -> -exp(A_log)`, zero-centred norms
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clover_local.checkpoint import conv_right_taps
-from clover_local.config import CloverConfig
+from clover_local.model.checkpoint import conv_right_taps
+from clover_local.model.config import CloverConfig
 
 Fn = Callable[[np.ndarray, CloverConfig], np.ndarray]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from gguf import GGUFWriter, TokenType
 
-from clover_local import gguf_names as gn
-from clover_local.config import CloverConfig
+from clover_local.model import gguf_names as gn
+from clover_local.model.config import CloverConfig
 
 from .errors import ConvertError
 

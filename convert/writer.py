@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from gguf import GGUFWriter
 
-from clover_local import gguf_names as gn
+from clover_local.model import gguf_names as gn
 
 from .encode import Encoder
 from .errors import ConvertError

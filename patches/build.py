@@ -3,7 +3,7 @@
 
     python patches/build.py [--cuda] [--dev] [--no-install]
 
-The pinned sdist comes from PyPI through `clover_local.llama.source` (sha256-verified), the
+The pinned sdist comes from PyPI through `clover_patches.source` (`source.py` here) (sha256-verified), the
 numbered `*.patch` files of this directory are applied in order to its `vendor/llama.cpp`, the
 version becomes `0.3.36+clover.N` (N: patches in the series) and `pip wheel` builds it. Wheels
 are cached under `build/wheels/<key>/`, key = (sdist sha256, series sha256, CMAKE_ARGS,
@@ -26,10 +26,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from clover_patches import source
 
-from clover_local.llama import source  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PATCHES = Path(__file__).resolve().parent
 WHEELS = ROOT / "build" / "wheels"

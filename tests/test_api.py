@@ -18,14 +18,14 @@ from llama_cpp import Llama, llama_types
 
 from clover_local import llama as llama_runtime
 from clover_local.api import Clover, defaults_from_gguf
-from clover_local.config import CheckpointConfig
-from clover_local.decode import BlockEvent, PassEvent, Result, generate, generate_ar, last_result
-from clover_local.gguf_tokenizer import GgufTokenizer
-from clover_local.model_info import read_info
+from clover_local.llama.tokenizer import GgufTokenizer
+from clover_local.loops import BlockEvent, PassEvent, Result, ar_loop, diffusion_loop, last_result
+from clover_local.model.config import CheckpointConfig
+from clover_local.model.gguf_info import read_info
+from clover_local.model.tokenizer import THINK_END, THINK_START, CloverTokenizer
 from clover_local.policy import DecodingSettings, RequestTooLong
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel
-from clover_local.tokenizer import THINK_END, THINK_START, CloverTokenizer
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 # the think ramp forces `</think>` after a few tokens, so answers have reasoning and content
@@ -145,7 +145,7 @@ def test_chat_completion_is_the_reference_loop_token_for_token(clover, tok, tiny
         repetition_penalty=1.2,
     )
     ids = tok.encode_chat(QUESTION)
-    want = last_result(generate(NumpyBackend(ReferenceModel.from_checkpoint(tiny_checkpoint)), ids, s))
+    want = last_result(diffusion_loop(NumpyBackend(ReferenceModel.from_checkpoint(tiny_checkpoint)), ids, s))
     st = res["clover"]
     assert st["tokens"] == list(want.tokens)
     assert st["passes_per_block"] == list(want.passes_per_block)
@@ -167,7 +167,7 @@ def test_ar_mode_is_the_reference_ar_loop(ar_clover, tok, tiny_checkpoint):
     res = ar_clover.create_completion("The capital of France is", max_tokens=12)
     s = reference_settings(tiny_checkpoint, tok, max_new_tokens=12, block_size=1)
     ids = tok.encode("The capital of France is")
-    want = last_result(generate_ar(NumpyBackend(ReferenceModel.from_checkpoint(tiny_checkpoint)), ids, s))
+    want = last_result(ar_loop(NumpyBackend(ReferenceModel.from_checkpoint(tiny_checkpoint)), ids, s))
     assert res["clover"]["tokens"] == list(want.tokens)
     assert res["clover"]["tokens_per_pass"] == [1] * len(want.tokens)
     assert res["choices"][0]["text"] == tok.decode(

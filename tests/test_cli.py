@@ -13,14 +13,14 @@ import pytest
 from gguf import GGUFWriter
 
 from clover_local import llama
-from clover_local.config import CheckpointConfig
-from clover_local.decode import generate, last_result
-from clover_local.model_info import ModelFileError
-from clover_local.model_source import HubFile, parse_spec, pick_files
+from clover_local.loops import diffusion_loop, last_result
+from clover_local.model.config import CheckpointConfig
+from clover_local.model.gguf_info import ModelFileError
+from clover_local.model.location import HubFile, parse_spec, pick_files
+from clover_local.model.tokenizer import THINK_END, THINK_START, CloverTokenizer
 from clover_local.policy import DecodingSettings
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel
-from clover_local.tokenizer import THINK_END, THINK_START, CloverTokenizer
 
 CLOVER = str(Path(sys.executable).with_name("clover"))
 PROMPT = "What is the capital of France?"
@@ -57,7 +57,7 @@ def reference_run(ckpt: Path, ids: list[int], **kw: object):
         think_end_id=tok.token_id(THINK_END),
         **kw,
     )
-    return last_result(generate(NumpyBackend(ReferenceModel.from_checkpoint(ckpt)), ids, s)), s
+    return last_result(diffusion_loop(NumpyBackend(ReferenceModel.from_checkpoint(ckpt)), ids, s)), s
 
 
 def one_error_line(res: subprocess.CompletedProcess[str], code: int = 1) -> str:

@@ -20,8 +20,8 @@ from clover_convert.plan import ExpertSpec, tensor_specs
 from clover_convert.transforms import gate_up_split
 from gguf import GGMLQuantizationType, GGUFReader, TokenType
 
-from clover_local import gguf_names as gn
-from clover_local.checkpoint import Checkpoint
+from clover_local.model import gguf_names as gn
+from clover_local.model.checkpoint import Checkpoint
 
 Q = GGMLQuantizationType
 QUANTIZED = ["q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_k_s", "q3_k_m"]

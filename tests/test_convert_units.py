@@ -20,7 +20,7 @@ from clover_convert.transforms import TRANSFORMS, reorder_v_heads, restore_v_hea
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize, quantize
 
-from clover_local.checkpoint import Checkpoint, bf16_bits, release_pages
+from clover_local.model.checkpoint import Checkpoint, bf16_bits, release_pages
 
 Q = GGMLQuantizationType
 # max |dequantized - x| / max |x| over a [64, 512] standard-normal tensor

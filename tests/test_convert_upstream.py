@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from clover_convert.pipeline import Options, convert, prepare
 from clover_convert.upstream import as_qwen35moe, convert_command
+from clover_patches.source import SourceError
 from gguf import GGUFReader
 
-from clover_local import gguf_names as gn
-from clover_local.llama.source import SourceError
+from clover_local.model import gguf_names as gn
 
 pytestmark = pytest.mark.reference
 # upstream detects the pre-tokenizer by hashing a test string; this generated vocabulary hashes as

@@ -1,5 +1,5 @@
 """Block diffusion with a block's commit fused with the next block's first preview
-(`decode.FusedBackend`): one pass per block boundary, the same trace as the unfused loop."""
+(`backend.FusedBackend`): one pass per block boundary, the same trace as the unfused loop."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 from test_llama_engine import PROB_RTOL, engine
 from test_llama_speculative import assert_same_state
 
-from clover_local.config import CheckpointConfig
-from clover_local.decode import BlockEvent, PassEvent, Result, generate
+from clover_local.backend import LogitAdjustment
 from clover_local.llama import unavailable
-from clover_local.policy import DecodingSettings, LogitAdjustment, adjustment, resolved_response
+from clover_local.loops import BlockEvent, PassEvent, Result, diffusion_loop
+from clover_local.model.config import CheckpointConfig
+from clover_local.policy import DecodingSettings, adjustment, resolved_response
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel
 
@@ -80,7 +81,7 @@ def settings(ckpt: Path, block_size: int, max_new_tokens: int, **kw) -> Decoding
 def trace(backend, prompt: Sequence[int], s: DecodingSettings) -> tuple[list[tuple], Result, np.ndarray]:
     """Everything of the events but their timings and probabilities; the `Result`; the passes'
     probabilities [passes, block_size]."""
-    events = list(generate(backend, prompt, s))
+    events = list(diffusion_loop(backend, prompt, s))
     out: list[tuple] = []
     probs = []
     for e in events[:-1]:

@@ -9,8 +9,8 @@ from clover_convert import hub as convert_hub
 from clover_convert.errors import ConvertError
 from huggingface_hub.errors import RepositoryNotFoundError
 
-from clover_local import model_source
-from clover_local.model_info import ModelFileError
+from clover_local.model import location
+from clover_local.model.gguf_info import ModelFileError
 
 FILES = ["README.md", "m-Q8_0.gguf", "m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf"]
 
@@ -24,7 +24,7 @@ def test_a_repo_spec_downloads_the_matching_split_files(monkeypatch, tmp_path):
 
     monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda repo_id: FILES)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
-    path = model_source.resolve("owner/name:Q4_K_M")
+    path = location.resolve("owner/name:Q4_K_M")
     assert path == tmp_path / "m-Q4_K_M-00001-of-00002.gguf"
     assert got == [
         ("owner/name", "m-Q4_K_M-00001-of-00002.gguf"),
@@ -35,7 +35,7 @@ def test_a_repo_spec_downloads_the_matching_split_files(monkeypatch, tmp_path):
 @pytest.mark.parametrize(
     "run, error",
     [
-        (lambda: model_source.resolve("owner/name:Q4_K_M"), ModelFileError),
+        (lambda: location.resolve("owner/name:Q4_K_M"), ModelFileError),
         (lambda: convert_hub.resolve("owner/name"), ConvertError),
     ],
     ids=["runtime", "converter"],

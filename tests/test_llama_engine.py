@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clover_local.config import CheckpointConfig
-from clover_local.decode import complete
+from clover_local.backend import LogitAdjustment, pick
 from clover_local.llama import unavailable
-from clover_local.policy import DecodingSettings, LogitAdjustment, pick
+from clover_local.loops import complete
+from clover_local.model.config import CheckpointConfig
+from clover_local.policy import DecodingSettings
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel
 

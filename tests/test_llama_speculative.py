@@ -13,11 +13,12 @@ from test_llama_engine import LOG, N_GPU_LAYERS, PROB_RTOL, SAME, engine
 
 from clover_local import speculative
 from clover_local.api import Clover
-from clover_local.config import CheckpointConfig
-from clover_local.decode import generate_ar, last_result
+from clover_local.backend import LogitAdjustment, RowAdjustments, Verification, distribution, pick
 from clover_local.llama import unavailable
-from clover_local.policy import DecodingSettings, LogitAdjustment, distribution, pick
-from clover_local.speculative import RowAdjustments, SpeculativeResult, SpeculativeSettings, Verification
+from clover_local.loops import ar_loop, last_result
+from clover_local.model.config import CheckpointConfig
+from clover_local.policy import DecodingSettings, row_adjustments
+from clover_local.speculative import SpeculativeResult, SpeculativeSettings
 
 SKIP = unavailable()
 pytestmark = [pytest.mark.llama, pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
@@ -80,7 +81,7 @@ def settings(mask: int, block_size: int, max_new_tokens: int, **kw) -> DecodingS
 
 
 def run_spec(backend, prompt, s, spec: SpeculativeSettings) -> SpeculativeResult:
-    result = last_result(speculative.generate(backend, prompt, s, spec))
+    result = last_result(speculative.speculative_loop(backend, prompt, s, spec))
     assert isinstance(result, SpeculativeResult)
     return result
 
@@ -111,7 +112,7 @@ def test_greedy_speculative_equals_ar_on_the_gguf(
 ):
     mask = gguf[1]
     prompt, s = PROMPTS[prompt_name], settings(mask, block_size, 24, stop_token_ids=())
-    ar = last_result(generate_ar(ar_engine, prompt, s))
+    ar = last_result(ar_loop(ar_engine, prompt, s))
     backend = spec_engine
     if drafts == "prophet":
         backend = Prophet(spec_engine, prompt + list(ar.tokens), {len(prompt) + i for i in (3, 4, 13)})
@@ -128,10 +129,10 @@ def test_stops_and_budget_inside_a_draft_end_the_response_as_ar(
 ):
     mask = gguf[1]
     prompt = PROMPTS["long"]
-    free = last_result(generate_ar(ar_engine, prompt, settings(mask, 8, 24, stop_token_ids=())))
+    free = last_result(ar_loop(ar_engine, prompt, settings(mask, 8, 24, stop_token_ids=())))
     stops = () if stop_at is None else (free.tokens[stop_at],)
     s = settings(mask, 8, budget, stop_token_ids=stops)
-    ar = last_result(generate_ar(ar_engine, prompt, s))
+    ar = last_result(ar_loop(ar_engine, prompt, s))
     assert ar.finish_reason == ("length" if stop_at is None else "stop")
     backend = Prophet(spec_engine, prompt + list(free.tokens), set())
     result = run_spec(backend, prompt, s, SpeculativeSettings(adaptive=False))
@@ -153,7 +154,7 @@ def test_the_fused_pass_equals_a_commit_then_a_preview(gguf, temperature, top_p)
     s = settings(mask, 8, 24, stop_token_ids=(476,), stop_ramp_start=0.0, stop_ramp_max=10.0)
     coreset = {"coreset": top_p < 1, "coreset_top_p": top_p}
     with engine(path, speculative=True, **coreset) as fused, engine(path, **coreset) as ref:
-        adjs = RowAdjustments.for_rows(s, fused.vocab_size, prompt, [3, 17], rows)
+        adjs = row_adjustments(s, fused.vocab_size, prompt, [3, 17], rows)
         assert len(adjs.ids) and not np.array_equal(adjs.bias[0], adjs.bias[-1])  # rows differ
         ident = LogitAdjustment.identity(fused.vocab_size)
         block = [mask] * 6

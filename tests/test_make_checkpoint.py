@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clover_patches.source import read_member
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from clover_local.checkpoint import INDEX_FILE, Checkpoint, expected_shapes
-from clover_local.config import CheckpointConfig, CloverConfig
-from clover_local.llama.source import read_member
+from clover_local.model.checkpoint import INDEX_FILE, Checkpoint, expected_shapes
+from clover_local.model.config import CheckpointConfig, CloverConfig
 from clover_local.testing import make_checkpoint as mc
 from clover_local.testing.safetensors_writer import plan_shards
 from clover_local.testing.tokenizer_files import vocabulary

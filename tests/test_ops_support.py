@@ -9,10 +9,10 @@ import re
 import numpy as np
 import pytest
 from clover_convert.pipeline import Options, convert, prepare
+from clover_patches import source
 
-from clover_local.llama import source, unavailable
-from clover_local.policy import DecodingSettings
-from clover_local.speculative import RowAdjustments
+from clover_local.llama import unavailable
+from clover_local.policy import DecodingSettings, row_adjustments
 
 SKIP = unavailable()
 N_GPU_LAYERS = int(
@@ -122,7 +122,7 @@ def graph_nodes(checkpoint_factory, tmp_path_factory) -> set[tuple[str, str, tup
         eng.causal_logits(rng.integers(0, eng.vocab_size, 8).tolist())
         s = DecodingSettings(mask_token_id=0, block_size=8, max_new_tokens=8, presence_penalty=1.0)
         rows = rng.integers(0, eng.vocab_size, 4).tolist()
-        adjs = RowAdjustments.for_rows(s, eng.vocab_size, [], [], rows)
+        adjs = row_adjustments(s, eng.vocab_size, [], [], rows)
         eng.verify_and_draft(rows, adjs, rng.integers(0, eng.vocab_size, 8).tolist())
         # a forced coreset size and the chunked expert dispatch
         eng.coreset_size, eng.moe_chunk = 3, 3

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from clover_local.llama import source
+from clover_patches import source
 
 PATCHES = Path(__file__).resolve().parent.parent / "patches"
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from clover_local import policy
-from clover_local.config import GenerationDefaults
-from clover_local.policy import DecodingSettings, LogitAdjustment, RequestTooLong
+from clover_local.backend import LogitAdjustment, adjust_logits, pick
+from clover_local.model.config import GenerationDefaults
+from clover_local.policy import DecodingSettings, RequestTooLong
 
 MASK = 99
 V = 100
@@ -33,13 +34,13 @@ def test_fill_rule_falls_back_to_the_single_most_confident():
 def test_adjustment_formula():
     logits = np.array([[2.0, -2.0, 0.0, 1.0]])
     adj = LogitAdjustment(np.array([0.5, 0.5, 1, 1]), np.array([2.0, 2.0, 1, 1]), np.array([0, 0, 0.5, -1]))
-    np.testing.assert_allclose(policy.adjust_logits(logits, adj), [[1.0, -4.0, 0.5, 0.0]])
+    np.testing.assert_allclose(adjust_logits(logits, adj), [[1.0, -4.0, 0.5, 0.0]])
 
 
 def test_pick_returns_argmax_and_probability_after_adjustment():
     logits = np.array([[1.0, 3.0, 2.0], [0.0, 0.0, 5.0]])
     adj = LogitAdjustment(np.ones(3), np.ones(3), np.array([0.0, -2.5, 0.0]))
-    tokens, probs = policy.pick(logits, adj)
+    tokens, probs = pick(logits, adj)
     assert tokens.tolist() == [2, 2]
     e = np.exp([1.0, 0.5, 2.0])
     np.testing.assert_allclose(probs[0], e[2] / e.sum())
@@ -61,7 +62,7 @@ def test_the_mask_token_is_never_picked():
     adj = policy.adjustment(settings(), V, [3], [])
     logits = np.zeros((2, V))
     logits[:, MASK] = 50.0
-    tokens, probs = policy.pick(logits, adj)
+    tokens, probs = pick(logits, adj)
     assert MASK not in tokens.tolist() and probs == pytest.approx([1 / (V - 1)] * 2)
 
 

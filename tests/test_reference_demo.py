@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from clover_local.reference import demo
-from clover_local.tokenizer import ChatTemplateError, CloverTokenizer
+from clover_local import reference_demo as demo
+from clover_local.model.tokenizer import ChatTemplateError, CloverTokenizer
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 

@@ -153,7 +153,7 @@ def test_record_names_every_layer(model):
 
 def test_any_weight_source_with_get_serves_the_model(tiny_checkpoint):
     """A GGUF reader only needs `get(name)`; lazy reading gives the same logits as caching."""
-    from clover_local.checkpoint import Checkpoint
+    from clover_local.model.checkpoint import Checkpoint
 
     ckpt = Checkpoint(tiny_checkpoint)
 

@@ -1,4 +1,4 @@
-"""The [ours] operators against literal, loop-by-loop readings of CLOVER.md 2.3 and 2.4."""
+"""The [ours] operators against literal, loop-by-loop readings of docs/model.md 2.3 and 2.4."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""The reference's causal trunk against transformers' `qwen3_5_moe`, the independent oracle of CLOVER.md 1."""
+"""The reference's causal trunk against transformers' `qwen3_5_moe`, the oracle of docs/model.md 1."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from clover_local.checkpoint import Checkpoint, expected_shapes
+from clover_local.model.checkpoint import Checkpoint, expected_shapes
 from clover_local.reference.model import ReferenceModel
 
 torch = pytest.importorskip("torch")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clover_local import simulation, speculative
-from clover_local.config import CheckpointConfig
+from clover_local import loops, simulation, speculative
+from clover_local.model.config import CheckpointConfig
 from clover_local.policy import DecodingSettings
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel
@@ -29,7 +29,7 @@ def mask_id(tiny_checkpoint) -> int:
 def test_diffusion_resolves_exactly_k_per_pass(backend, mask_id, k, shift):
     s = DecodingSettings(mask_token_id=mask_id, block_size=8, max_new_tokens=24, logit_shift=shift)
     fill = simulation.FixedFill(backend, k, s)
-    result = simulation.decode.complete(fill, PROMPT, s)
+    result = loops.complete(fill, PROMPT, s)
     assert len(result.tokens) == 24
     per_block = [k] * (8 // k) + ([8 % k] if 8 % k else [])
     assert list(result.tokens_per_pass) == per_block * 3
@@ -41,7 +41,9 @@ def test_diffusion_resolves_exactly_k_per_pass(backend, mask_id, k, shift):
 def test_speculative_accepts_exactly_a_when_more_are_drafted(backend, mask_id, a):
     s = DecodingSettings(mask_token_id=mask_id, block_size=8, max_new_tokens=80)
     events = list(
-        speculative.generate(simulation.FixedAccept(backend, a), PROMPT, s, speculative.SpeculativeSettings())
+        speculative.speculative_loop(
+            simulation.FixedAccept(backend, a), PROMPT, s, speculative.SpeculativeSettings()
+        )
     )
     iterations = [e for e in events if isinstance(e, speculative.IterationEvent)]
     assert all(e.accepted == min(a, len(e.draft)) for e in iterations)
@@ -77,8 +79,8 @@ def test_draftless_iterations_run_the_ar_step(backend, mask_id):
             return super().verify_and_draft(tokens, adjs, preview, temperature)
 
     s = DecodingSettings(mask_token_id=mask_id, block_size=8, max_new_tokens=120)
-    result = simulation.decode.last_result(
-        speculative.generate(Counting(backend, 0), PROMPT, s, speculative.SpeculativeSettings())
+    result = loops.last_result(
+        speculative.speculative_loop(Counting(backend, 0), PROMPT, s, speculative.SpeculativeSettings())
     )
     assert len(result.tokens) == 120
     assert calls["commit"] > 100 and calls["verify_and_draft"] < 10, calls

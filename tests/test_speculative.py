@@ -13,18 +13,17 @@ import numpy as np
 import pytest
 
 from clover_local import policy, speculative
-from clover_local.config import CheckpointConfig
-from clover_local.decode import TokenEvent, generate_ar, last_result
-from clover_local.policy import DecodingSettings, LogitAdjustment
+from clover_local.backend import LogitAdjustment, RowAdjustments, Verification, distribution, pick
+from clover_local.loops import TokenEvent, ar_loop, last_result
+from clover_local.model.config import CheckpointConfig
+from clover_local.policy import DecodingSettings
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel, State
 from clover_local.speculative import (
     DraftLength,
     IterationEvent,
-    RowAdjustments,
     SpeculativeResult,
     SpeculativeSettings,
-    Verification,
 )
 
 PROMPTS = {
@@ -61,7 +60,7 @@ def settings(mask_id: int, block_size: int, max_new_tokens: int = 24, **kw) -> D
 
 
 def run(backend, prompt, s, spec) -> tuple[list[IterationEvent], SpeculativeResult]:
-    events = list(speculative.generate(backend, prompt, s, spec))
+    events = list(speculative.speculative_loop(backend, prompt, s, spec))
     assert isinstance(events[-1], SpeculativeResult)
     return events[:-1], events[-1]
 
@@ -87,13 +86,13 @@ def assert_state_holds(backend: NumpyBackend, model, tokens: Sequence[int]) -> N
 def test_ar_is_the_one_token_causal_greedy_loop(model, mask_id):
     prompt, s = PROMPTS["long"], settings(mask_id, 8, max_new_tokens=12)
     backend = NumpyBackend(model)
-    events = list(generate_ar(backend, prompt, s))
+    events = list(ar_loop(backend, prompt, s))
     result = events[-1]
     # independent oracle: the model's logits, the policy's adjustment, argmax
     state, expected, logits = model.new_state(), [], None
     logits = model.commit(prompt, state)[-1]
     for _ in range(12):
-        expected.append(int(policy.pick(logits[None], policy.adjustment(s, 512, prompt, expected))[0][0]))
+        expected.append(int(pick(logits[None], policy.adjustment(s, 512, prompt, expected))[0][0]))
         logits = model.commit(expected[-1:], state)[-1]
     assert result.tokens == tuple(expected) and result.finish_reason == "length"
     assert [e.token for e in events if isinstance(e, TokenEvent)] == expected
@@ -104,10 +103,10 @@ def test_ar_is_the_one_token_causal_greedy_loop(model, mask_id):
 
 def test_ar_stops_after_the_stop_token_and_commits_it(model, mask_id):
     prompt = PROMPTS["long"]
-    free = last_result(generate_ar(NumpyBackend(model), prompt, settings(mask_id, 8, stop_token_ids=())))
+    free = last_result(ar_loop(NumpyBackend(model), prompt, settings(mask_id, 8, stop_token_ids=())))
     stop = free.tokens[5]
     backend = NumpyBackend(model)
-    result = last_result(generate_ar(backend, prompt, settings(mask_id, 8, stop_token_ids=(stop,))))
+    result = last_result(ar_loop(backend, prompt, settings(mask_id, 8, stop_token_ids=(stop,))))
     cut = free.tokens.index(stop) + 1
     assert result.tokens == free.tokens[:cut] and result.finish_reason == "stop"
     assert_state_holds(backend, model, prompt + list(result.tokens))
@@ -132,7 +131,7 @@ def test_row_adjustments_equal_each_rows_full_adjustment():
     )
     prompt, response = [5, think_start], [7, 8, 7]
     rows = [8, 12, think_end, 12, 1]  # repeats, leaves the think section, reaches a stop token
-    adjs = RowAdjustments.for_rows(s, 100, prompt, response, rows)
+    adjs = policy.row_adjustments(s, 100, prompt, response, rows)
     assert len(adjs) == len(rows) and adjs.ids.size <= len(set(rows)) + 3
     for j in range(len(rows)):
         full = policy.adjustment(s, 100, prompt, [*response, *rows[: j + 1]])
@@ -166,7 +165,7 @@ def test_greedy_speculative_equals_ar(model, mask_id, prompt_name, policy_name, 
     prompt = PROMPTS[prompt_name]
     n = 10 if block_size == 32 else 20
     s = settings(mask_id, block_size, max_new_tokens=n, **POLICIES[policy_name])
-    ar = last_result(generate_ar(NumpyBackend(model), prompt, s))
+    ar = last_result(ar_loop(NumpyBackend(model), prompt, s))
     backend = NumpyBackend(model)
     events, result = run(backend, prompt, s, spec)
     assert result.tokens == ar.tokens and result.finish_reason == ar.finish_reason
@@ -196,7 +195,7 @@ def test_the_verified_draft_is_the_preview_over_the_accepted_state(model, mask_i
         if e.draft:
             before = full[: e.position]
             adj = policy.adjustment(s, 512, prompt, before[len(prompt) :])
-            rows = policy.pick(model.preview([mask_id] * 8, fresh_state(model, before)), adj)[0]
+            rows = pick(model.preview([mask_id] * 8, fresh_state(model, before)), adj)[0]
             assert list(e.draft) == rows[: len(e.draft)].tolist()
             checked += 1
     assert checked >= 4
@@ -215,7 +214,7 @@ def test_previews_stay_inside_the_context_and_rollback_stays_inside_the_last_pas
             assert self.state.n_past + len(tokens) + len(preview) <= s.context_limit
             return super().verify_and_draft(tokens, adjs, preview, temperature)
 
-    ar = last_result(generate_ar(NumpyBackend(model), prompt, s))
+    ar = last_result(ar_loop(NumpyBackend(model), prompt, s))
     backend = Bounded(model)
     events, result = run(backend, prompt, s, SpeculativeSettings(adaptive=False))
     assert result.tokens == ar.tokens and not events[-1].draft
@@ -256,7 +255,7 @@ class Prophet:
 @pytest.mark.parametrize("block_size", [4, 8, 32])
 def test_agreeing_drafts_are_accepted_and_output_still_equals_ar(model, mask_id, block_size):
     prompt, s = PROMPTS["long"], settings(mask_id, block_size, max_new_tokens=40, stop_token_ids=())
-    ar = last_result(generate_ar(NumpyBackend(model), prompt, s))
+    ar = last_result(ar_loop(NumpyBackend(model), prompt, s))
     truth = prompt + list(ar.tokens)
     wrong = {len(prompt) + i for i in (6, 7, 19, 33)}
     backend = NumpyBackend(Prophet(model, truth, wrong))
@@ -271,10 +270,10 @@ def test_agreeing_drafts_are_accepted_and_output_still_equals_ar(model, mask_id,
 
 def test_a_stop_token_inside_a_draft_ends_the_response_there(model, mask_id):
     prompt = PROMPTS["long"]
-    free = last_result(generate_ar(NumpyBackend(model), prompt, settings(mask_id, 8, 40, stop_token_ids=())))
+    free = last_result(ar_loop(NumpyBackend(model), prompt, settings(mask_id, 8, 40, stop_token_ids=())))
     stop = free.tokens[13]
     s = settings(mask_id, 8, 40, stop_token_ids=(stop,))
-    ar = last_result(generate_ar(NumpyBackend(model), prompt, s))
+    ar = last_result(ar_loop(NumpyBackend(model), prompt, s))
     assert ar.finish_reason == "stop" and ar.tokens[-1] == stop
     backend = NumpyBackend(Prophet(model, prompt + list(free.tokens)))
     events, result = run(backend, prompt, s, SpeculativeSettings(adaptive=False))
@@ -285,7 +284,7 @@ def test_a_stop_token_inside_a_draft_ends_the_response_there(model, mask_id):
 
 def test_the_budget_ends_inside_a_draft(model, mask_id):
     prompt, s = PROMPTS["long"], settings(mask_id, 8, 11, stop_token_ids=())
-    ar = last_result(generate_ar(NumpyBackend(model), prompt, settings(mask_id, 8, 40, stop_token_ids=())))
+    ar = last_result(ar_loop(NumpyBackend(model), prompt, settings(mask_id, 8, 40, stop_token_ids=())))
     backend = NumpyBackend(Prophet(model, prompt + list(ar.tokens)))
     events, result = run(backend, prompt, s, SpeculativeSettings(adaptive=False))
     assert result.tokens == ar.tokens[:11] and result.finish_reason == "length"
@@ -295,7 +294,7 @@ def test_the_budget_ends_inside_a_draft(model, mask_id):
 
 def test_the_threshold_cuts_a_draft_before_its_first_unsure_row(model, mask_id):
     prompt, s = PROMPTS["long"], settings(mask_id, 8, 16, stop_token_ids=())
-    ar = last_result(generate_ar(NumpyBackend(model), prompt, s))
+    ar = last_result(ar_loop(NumpyBackend(model), prompt, s))
     unsure = {len(prompt) + 4, len(prompt) + 10}
     backend = NumpyBackend(Prophet(model, prompt + list(ar.tokens), unsure=unsure))
     spec = SpeculativeSettings(adaptive=False, draft_threshold=0.5)
@@ -345,11 +344,19 @@ def test_draft_length_settles_under_a_steady_acceptance(a):
 def test_settings_are_checked(model, mask_id):
     backend, prompt = NumpyBackend(model), PROMPTS["long"]
     with pytest.raises(ValueError, match="draft_len 8 outside 0..7"):
-        next(speculative.generate(backend, prompt, settings(mask_id, 8), SpeculativeSettings(draft_len=8)))
+        next(
+            speculative.speculative_loop(
+                backend, prompt, settings(mask_id, 8), SpeculativeSettings(draft_len=8)
+            )
+        )
     with pytest.raises(ValueError, match="logit_shift 1"):
-        next(speculative.generate(backend, prompt, settings(mask_id, 8, logit_shift=0)))
+        next(speculative.speculative_loop(backend, prompt, settings(mask_id, 8, logit_shift=0)))
     with pytest.raises(ValueError, match="temperature"):
-        next(speculative.generate(backend, prompt, settings(mask_id, 8), SpeculativeSettings(temperature=-1)))
+        next(
+            speculative.speculative_loop(
+                backend, prompt, settings(mask_id, 8), SpeculativeSettings(temperature=-1)
+            )
+        )
 
 
 # -- sampling: the output distribution is `ar`'s --------------------------------------------------
@@ -363,20 +370,20 @@ class Bigram:
 
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         self.seq = list(tokens)
-        t, p = policy.pick(self.causal[self.seq[-1:]], adj)
+        t, p = pick(self.causal[self.seq[-1:]], adj)
         return int(t[0]), float(p[0])
 
     def verify_and_draft(self, tokens, adjs, preview, temperature=0.0) -> Verification:
         self.seq += list(tokens)
         causal = self.causal[list(tokens)]
         ahead = self.draft[self.seq[-1], : len(preview)]
-        picks = [policy.pick(causal[j : j + 1], adjs.row(j)) for j in range(len(tokens))]
+        picks = [pick(causal[j : j + 1], adjs.row(j)) for j in range(len(tokens))]
         return Verification(
             np.array([t[0] for t, _ in picks], dtype=np.int64),
             np.array([p[0] for _, p in picks]),
-            *policy.pick(ahead, adjs.last()),
-            np.array([policy.distribution(causal[j], adjs.row(j), temperature) for j in range(len(tokens))]),
-            policy.distribution(ahead, adjs.last(), temperature),
+            *pick(ahead, adjs.last()),
+            np.array([distribution(causal[j], adjs.row(j), temperature) for j in range(len(tokens))]),
+            distribution(ahead, adjs.last(), temperature),
         )
 
     def rollback(self, n_keep: int) -> None:
@@ -391,7 +398,7 @@ def exact_ar(step, prompt: list[int], s: DecodingSettings, vocab: int, temperatu
         nxt: dict[tuple[int, ...], float] = {}
         for seq, mass in out.items():
             adj = policy.adjustment(s, vocab, prompt, list(seq))
-            dist = policy.distribution(step(prompt + list(seq)), adj, temperature)
+            dist = distribution(step(prompt + list(seq)), adj, temperature)
             for t in np.flatnonzero(dist > 1e-6 / mass):
                 nxt[(*seq, int(t))] = mass * float(dist[t])
         out = nxt
@@ -450,7 +457,7 @@ def test_sampled_speculative_has_the_ar_distribution_on_a_bigram_model():
     assert total_variation(counts, expected, n_runs) < ar_total_variation_bound(expected, n_runs)
     # the bound can fail: the first pass's drafts (rows over the prompt) taken unchecked are far off
     first = policy.adjustment(s, V, prompt, [])
-    p1, q = policy.distribution(causal[0], first, 1.0), policy.distribution(draft[0, :2], first, 1.0)
+    p1, q = distribution(causal[0], first, 1.0), distribution(draft[0, :2], first, 1.0)
     unchecked = Counter({(a, b, c): p1[a] * q[0, b] * q[1, c] for a, b, c in product(range(V), repeat=3)})
     assert total_variation(unchecked, expected, 1) > 0.25
 

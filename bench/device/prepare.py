@@ -4,7 +4,7 @@
 
 Writes (keep the total under ~40 MiB: the working tree that travels is limited to 64 MiB):
 
-- `.devcarry/llama-src.tar.gz`: the pinned llama-cpp-python sdist (`clover_local/llama/source.py`),
+- `.devcarry/llama-src.tar.gz`: the pinned llama-cpp-python sdist (`patches/source.py`),
   with `patches/*.patch` applied the way `patches/build.py` applies them (its own function when it
   has one, else `patch -p1` in `vendor/llama.cpp`), minus everything a CUDA build of the Python
   wheel does not compile (docs, media, models except `ggml-vocab-qwen35.gguf`, tests, examples,
@@ -34,10 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from clover_patches import source
 
-from clover_local.llama import source  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 # wheels the device's image lacks (KINDS.md lists what it has): name==version
 WHEELS = ["gguf==0.19.0", "diskcache==5.6.3"]

@@ -37,9 +37,8 @@ def run(model: str, kind: str, prefix: int) -> dict:
     import numpy as np
     from llama_cpp import llama_cpp as ll
 
+    from clover_local.backend import LogitAdjustment, RowAdjustments
     from clover_local.llama.engine import LlamaEngine
-    from clover_local.policy import LogitAdjustment
-    from clover_local.speculative import RowAdjustments
 
     cudart = ctypes.CDLL("libcudart.so.13")
     eng = LlamaEngine(model, n_ctx=4096, n_gpu_layers=999, flash_attn=True, log=True, speculative=True)

@@ -7,7 +7,7 @@
     python bench/device/results.py table bench/results/X.json [--update docs/performance.md]
 
 Per-layer costs are least-squares fits `ms = per_layer * layers + fixed` over the layer counts of
-the run; `at_40_layers` extrapolates them to the real model (CLOVER.md §1: 40 layers).
+the run; `at_40_layers` extrapolates them to the real model (docs/model.md §1: 40 layers).
 """
 
 from __future__ import annotations

@@ -72,9 +72,10 @@ if [ ! -f "$CLOVER_CACHE/members/$VOCAB" ]; then
     || log "could not extract $VOCAB from the carried source"
 fi
 
-# python paths: pure wheels + our package (convert/ is imported as clover_convert)
+# python paths: pure wheels + our packages (convert/ is imported as clover_convert, patches/ as clover_patches)
 mkdir -p "$WORK/pylink" "$WORK/pure"
 ln -sfn "$REPO/convert" "$WORK/pylink/clover_convert"
+ln -sfn "$REPO/patches" "$WORK/pylink/clover_patches"
 if [ ! -f "$WORK/pure/.done" ]; then
   $PY -m pip install -q --no-deps --no-compile --target "$WORK/pure" "$CARRY"/wheels/*.whl >> "$OUT/run.log" 2>&1 \
     && touch "$WORK/pure/.done" || log "pure wheels did not install"

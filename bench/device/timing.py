@@ -245,7 +245,7 @@ def device_bandwidth() -> tuple[float, str]:
 
 def engine_passes(eng, args, rng, adj, mask: int) -> dict:
     """One set of pass timings at the engine's current settings (`moe_chunk`)."""
-    from clover_local.speculative import RowAdjustments
+    from clover_local.backend import RowAdjustments
 
     V = eng.vocab_size
     toks = lambda n: [int(t) for t in rng.integers(0, min(V, 248000), size=n)]  # noqa: E731
@@ -297,10 +297,11 @@ def run_engine(path: str, args, rng, res: dict) -> None:
     setting, then the labelled simulations through the real loops at the faster setting."""
     skipped = res.setdefault("skipped", {})
     try:
-        from clover_local import decode, simulation
+        from clover_local import loops, simulation
+        from clover_local.backend import LogitAdjustment
         from clover_local.llama import capi
         from clover_local.llama.engine import LlamaEngine
-        from clover_local.policy import DecodingSettings, LogitAdjustment
+        from clover_local.policy import DecodingSettings
     except Exception as e:
         skipped["engine"] = f"clover_local.llama.engine does not import: {e}"
         return
@@ -352,13 +353,13 @@ def run_engine(path: str, args, rng, res: dict) -> None:
         if args.no_sim:
             skipped["simulation"] = "--no-sim"
             return
-        # labelled simulations through the real loops (decode.generate, speculative.generate)
+        # labelled simulations through the real loops (loops.diffusion_loop, speculative.speculative_loop)
         eng.moe_chunk = int(best)
         s = DecodingSettings(
             mask_token_id=mask, block_size=BLOCK, max_new_tokens=args.sim_tokens, context_limit=args.n_ctx
         )
         t0 = time.perf_counter()
-        ar = decode.last_result(decode.generate_ar(eng, prompt, s))
+        ar = loops.last_result(loops.ar_loop(eng, prompt, s))
         res["ar_loop_tok_s"] = ar.tokens_per_second
         log(f"ar loop: {ar.tokens_per_second:.1f} tok/s ({time.perf_counter() - t0:.1f} s)")
         res["simulation_label"] = simulation.SIMULATION_LABEL

@@ -1,4 +1,4 @@
-"""The llama.cpp backend: one Clover sequence on a patched llama.cpp context (`decode.Backend`).
+"""The llama.cpp backend: one Clover sequence on a patched llama.cpp context (`backend.Backend`).
 
 Every pass runs the clover head in the graph (logit adjustment, softmax, argmax), so a pass reads
 back per row only the greedy token and its probability; full logits are copied out only when a
@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 from llama_cpp import llama_cpp as ll
 
-from ..policy import LogitAdjustment, distribution
-from ..speculative import RowAdjustments, Verification
+from ..backend import LogitAdjustment, RowAdjustments, Verification, distribution
 from . import capi
 
 GGML_TYPE_F32 = 0
@@ -78,7 +77,7 @@ def require_patched() -> None:
 
 
 class LlamaEngine:
-    """A model and a one-sequence context; implements `decode.Backend` plus state and logits access.
+    """A model and a one-sequence context; implements `backend.Backend` plus state and logits access.
 
     `f32_cache` keeps K/V in F32 (verification against the float64 reference); `speculative`
     keeps recurrent-state snapshots of the last `block_size` rows (the GGUF's
@@ -212,7 +211,7 @@ class LlamaEngine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # decode.Backend
+    # backend.Backend
 
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         self.reset()
@@ -225,7 +224,7 @@ class LlamaEngine:
         tok, prob, _ = self._decode(tokens, adj, all_rows=False, logits=False)
         return int(tok[-1]), float(prob[-1])
 
-    # speculative.SpeculativeBackend
+    # backend.SpeculativeBackend
 
     def verify_and_draft(
         self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
@@ -297,7 +296,7 @@ class LlamaEngine:
             if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ctx), SEQ, n_keep, -1):
                 raise _failed(f"could not roll back to {n_keep}")
 
-    # decode.FusedBackend
+    # backend.FusedBackend
 
     def commit_and_preview(
         self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]

@@ -1,4 +1,4 @@
-"""Full-attention layer: gated GQA attention with q/k norm and partial RoPE (CLOVER.md 1, 2.2).
+"""Full-attention layer: gated GQA attention with q/k norm and partial RoPE (docs/model.md 1, 2.2).
 
 A commit pass is ordinary causal attention whose K/V the caller appends to the cache; a preview
 pass lets the block rows see the cached prefix and every block row (`block_attention_mask`).
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..config import CloverConfig
+from ..model.config import CloverConfig
 from .ops import rms_norm, sigmoid, softmax
 
 Weights = Callable[[str], np.ndarray]
@@ -38,7 +38,7 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
 
 
 def block_attention_mask(n_past: int, n_rows: int, causal: bool) -> np.ndarray:
-    """Which keys each row sees [n_rows, n_past + n_rows] (CLOVER.md 2.2 [vendor]).
+    """Which keys each row sees [n_rows, n_past + n_rows] (docs/model.md 2.2 [vendor]).
 
     Every row sees the whole cached prefix. A commit row sees the block rows up to itself; a
     preview row sees all block rows (bidirectional inside the block).

@@ -1,4 +1,4 @@
-"""The numpy reference as a `decode.Backend` and `speculative.SpeculativeBackend`: the oracle every
+"""The numpy reference as a `backend.Backend` and `backend.SpeculativeBackend`: the oracle every
 other backend's trace is compared with."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..policy import LogitAdjustment, distribution, pick
-from ..speculative import RowAdjustments, Verification
+from ..backend import LogitAdjustment, RowAdjustments, Verification, distribution, pick
 from .model import ReferenceModel, State
 
 
@@ -36,7 +35,7 @@ class NumpyBackend:
     def commit_and_preview(
         self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
-        """`decode.FusedBackend`: a commit, then a preview over the state it left (what the fused
+        """`backend.FusedBackend`: a commit, then a preview over the state it left (what the fused
         graph of another backend must equal)."""
         return self.commit(tokens, adj), self.preview(block, adj)
 

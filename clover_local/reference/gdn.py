@@ -1,4 +1,4 @@
-"""Gated DeltaNet layer: the causal path (CLOVER.md 1) and Clover's preview operator (2.3).
+"""Gated DeltaNet layer: the causal path (docs/model.md 1) and Clover's preview operator (2.3).
 
 Both paths share the projections, the q/k/v split and the output path (gated RMSNorm, out_proj);
 they differ in the conv (`causal_conv` / `preview_conv`) and the mixer (`gated_delta_rule` /
@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..checkpoint import conv_right_taps
-from ..config import CloverConfig
+from ..model.checkpoint import conv_right_taps
+from ..model.config import CloverConfig
 from .ops import gated_rms_norm, l2norm, sigmoid, silu, softmax, softplus
 
 Weights = Callable[[str], np.ndarray]
@@ -39,7 +39,7 @@ def causal_conv(conv_state: np.ndarray, x: np.ndarray, weight: np.ndarray) -> tu
 def preview_conv(
     conv_state: np.ndarray, block: np.ndarray, weight: np.ndarray, right: np.ndarray
 ) -> np.ndarray:
-    """Conv with right taps of a preview (CLOVER.md 2.3 (a) [public]; zero past the block [ours]).
+    """Conv with right taps of a preview (docs/model.md 2.3 (a) [public]; zero past the block [ours]).
 
     y[t,c] = silu(sum_i w[c,i] X[t+i,c] + sum_{d=1..K-1} r[c,d-1] block[t+d,c]) with X the
     committed conv state (read only) followed by the block rows.
@@ -64,7 +64,7 @@ def split_qkv(y: np.ndarray, cfg: CloverConfig) -> tuple[np.ndarray, np.ndarray,
 def gated_delta_rule(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray, state: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The causal delta rule, one row at a time (CLOVER.md 1).
+    """The causal delta rule, one row at a time (docs/model.md 1).
 
     q, k unit vectors [T, n_v, d_k] (q already scaled by 1/sqrt(d_k)), v [T, n_v, d_v], g, beta
     [T, n_v], state [n_v, d_k, d_v]. Returns (o [T, n_v, d_v], the new state); the input state is
@@ -88,7 +88,7 @@ def block_softmax_history_mix(
     history_bias: np.ndarray,
     history_c: np.ndarray,
 ) -> np.ndarray:
-    """Preview mixer: block softmax with a history slot read from the clean state (CLOVER.md 2.3 (b) [ours]).
+    """Preview mixer: block softmax with a history slot from the clean state (docs/model.md 2.3 (b) [ours]).
 
     q, k unit vectors [B, n_v, d_k] (unscaled), v [B, n_v, d_v], state the committed recurrent
     state [n_v, d_k, d_v] (read only). Per value head h and row t:

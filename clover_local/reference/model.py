@@ -1,7 +1,7 @@
 """The Clover trunk in numpy: causal commit passes and block preview passes over a `State`.
 
 `commit` is exactly transformers' `qwen3_5_moe` text model run with a cache; `preview` is the
-block-diffusion denoising pass of CLOVER.md 2.2 that reads the committed state and writes nothing.
+block-diffusion denoising pass of docs/model.md 2.2 that reads the committed state and writes nothing.
 Layers live in `attention.py`, `gdn.py` and `moe.py`; this module wires them and owns the state.
 
 Passing `record={}` collects intermediates under llama.cpp's graph names, `name-layer`:
@@ -20,8 +20,8 @@ from typing import Protocol
 
 import numpy as np
 
-from ..checkpoint import Checkpoint
-from ..config import CloverConfig
+from ..model.checkpoint import Checkpoint
+from ..model.config import CloverConfig
 from .attention import attention
 from .gdn import gdn
 from .moe import moe
@@ -118,10 +118,10 @@ class ReferenceModel:
         return logits
 
     def preview(self, block: Sequence[int], state: State, record: Record | None = None) -> np.ndarray:
-        """Denoising pass over a block (CLOVER.md 2.2): logits [B, V]; `state` is left untouched.
+        """Denoising pass over a block (docs/model.md 2.2): logits [B, V]; `state` is left untouched.
 
         Row i holds the hidden state of position n_past + i; which position it predicts is the
-        decoder's business (`decode.aligned_candidates`).
+        decoder's business (`loops.aligned_candidates`).
         """
         logits, _ = self._forward(block, state, preview=True, record=record)
         return logits

@@ -1,4 +1,4 @@
-"""Sparse MoE feed-forward: softmax router, top-k renormalised, shared expert (CLOVER.md 1),
+"""Sparse MoE feed-forward: softmax router, top-k renormalised, shared expert (docs/model.md 1),
 and the block expert coreset of previews (2.4)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..config import CloverConfig
+from ..model.config import CloverConfig
 from .ops import sigmoid, silu, softmax
 
 Weights = Callable[[str], np.ndarray]
@@ -31,7 +31,7 @@ def top_k_routing(
 
 
 def block_expert_coreset(probs: np.ndarray, k: int, top_p: float, size: int = 0) -> np.ndarray:
-    """The experts a preview block may use (CLOVER.md 2.4 [vendor wording; details ours]).
+    """The experts a preview block may use (docs/model.md 2.4 [vendor wording; details ours]).
 
     probs [B, E] are the block rows' router softmax. Each row's top-k candidates add their
     probabilities to their experts' aggregate; experts ranked by aggregate (ties: lower index

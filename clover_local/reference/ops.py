@@ -1,4 +1,4 @@
-"""Elementwise functions and norms shared by the reference layers (CLOVER.md section 1).
+"""Elementwise functions and norms shared by the reference layers (docs/model.md section 1).
 
 Every function computes in the dtype of its input, so the model runs wholly in float32 or float64.
 """

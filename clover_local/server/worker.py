@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api import AnyEvent, Clover, appended
-from ..decode import BlockEvent, PassEvent, Result
+from ..loops import BlockEvent, PassEvent, Result
 
 # What a job's start function returns: a whole result (dict) or a stream of chunks.
 Started = dict[str, Any] | Iterator[dict[str, Any]]

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from clover_local.checkpoint import canonical_name, expected_shapes
-from clover_local.config import CONTEXT_LIMIT, CloverConfig
+from clover_local.model.checkpoint import canonical_name, expected_shapes
+from clover_local.model.config import CONTEXT_LIMIT, CloverConfig
 
 from .safetensors_writer import chunked, write_sharded
 from .tokenizer_files import Vocabulary, write_tokenizer

@@ -175,7 +175,7 @@ def _merge(seq: list[str], pair: tuple[str, str]) -> list[str]:
 
 def qwen_vocabulary() -> Vocabulary:
     """The Qwen BPE vocabulary (normal tokens only) and merges from llama.cpp's test GGUF."""
-    from clover_local.llama.source import read_member
+    from clover_patches.source import read_member
 
     kv = read_gguf_arrays(
         read_member(QWEN_VOCAB_MEMBER),

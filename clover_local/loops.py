@@ -1,8 +1,8 @@
-"""The block-diffusion loop (CLOVER.md 2.1-2.2): a generator of per-pass events over a `Backend`.
+"""The block-diffusion loop (docs/model.md 2.1-2.2): a generator of per-pass events over a `Backend`.
 
 A request is one prefill, then per block of `block_size` positions: previews until every needed
 position is resolved (`policy.fill_positions`), then one commit. The API, streaming, the visual
-trace and the benchmark all consume `generate`; `complete` just runs it to the end.
+trace and the benchmark all consume `diffusion_loop`; `complete` just runs it to the end.
 
 Which tokens get committed: exactly the tokens returned. A block cut by a stop token or by the
 budget is committed up to its cut (stop token included), so after a request the backend's state
@@ -14,52 +14,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
 from . import policy
-from .policy import DecodingSettings, LogitAdjustment
-
-
-class Backend(Protocol):
-    """What a model runtime must offer the loop; every answer is O(block) numbers.
-
-    Each method runs one pass and returns, per requested row, the argmax token after the logit
-    adjustment and its probability (`policy.pick`). Rows are the pass's input positions; row i's
-    hidden state predicts position i + 1 (the loop does the alignment, `aligned_candidates`).
-    """
-
-    vocab_size: int
-
-    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        """Start a new sequence with a causal pass over `tokens`; the last row's pick."""
-        ...
-
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
-        """Denoising pass over the block after the committed prefix, state untouched; all rows' picks."""
-        ...
-
-    def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        """Causal pass appending `tokens` to the sequence; the last row's pick."""
-        ...
-
-
-class FusedBackend(Backend, Protocol):
-    """A `Backend` that can also run a block's commit and the next block's first preview as one pass.
-
-    Every block ends with a commit, and unless the request ends there, the next block starts with a
-    preview over the state that commit leaves, under the same adjustment (nothing new is resolved in
-    between). Fusing them runs one graph per block instead of two (the passes are small, so a
-    graph's fixed cost, its dispatch and the layers' weight reads, is much of a pass's cost).
-    `generate` uses it when the backend has it; the trace is the unfused loop's.
-    """
-
-    def commit_and_preview(
-        self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
-    ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
-        """`commit(tokens, adj)`, then `preview(block, adj)` over the state it leaves; both answers."""
-        ...
+from .backend import Backend
+from .policy import DecodingSettings
 
 
 @dataclass(frozen=True)
@@ -120,7 +80,7 @@ Event = PassEvent | BlockEvent | TokenEvent | Result
 def aligned_candidates(
     anchor: tuple[int, float], tokens: np.ndarray, probs: np.ndarray, logit_shift: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Logit alignment (CLOVER.md 2.5 [ours]): each block position's candidate from a preview.
+    """Logit alignment (docs/model.md 2.5 [ours]): each block position's candidate from a preview.
 
     With shift 1 the candidate for position 0 is `anchor` (the pick of the row before the block:
     the prefill's or the previous commit's last row, fixed for the block) and position i >= 1
@@ -131,7 +91,7 @@ def aligned_candidates(
     return np.concatenate([[anchor[0]], tokens[:-1]]), np.concatenate([[anchor[1]], probs[:-1]])
 
 
-def generate(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Iterator[Event]:
+def diffusion_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Iterator[Event]:
     """Run one request; yields a `PassEvent` per preview, a `BlockEvent` per block, then the `Result`.
 
     With a `FusedBackend`, a block's commit runs with the next block's first preview
@@ -203,12 +163,10 @@ def generate(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> It
     )
 
 
-def generate_ar(
-    backend: Backend, prompt: Sequence[int], s: DecodingSettings
-) -> Iterator[TokenEvent | Result]:
+def ar_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Iterator[TokenEvent | Result]:
     """The `ar` mode: greedy one-token causal steps; yields a `TokenEvent` per token, then the `Result`.
 
-    The left-to-right baseline and the oracle of `speculative`. Same policy as `generate`: each
+    The left-to-right baseline and the oracle of `speculative`. Same policy as `diffusion_loop`: each
     step's adjustment counts the response so far, a stop token ends the response (included), the
     budget cuts it, `check_length` applies unchanged; every returned token is committed, so the
     state then holds the prompt followed by `Result.tokens` (the last commit's pick goes unused).
@@ -241,7 +199,7 @@ def generate_ar(
 
 
 def last_result(events: Iterable[object]) -> Result:
-    """Consume a mode's event stream (`generate`, `generate_ar`, `speculative.generate`); its `Result`."""
+    """Consume a mode's event stream (`diffusion_loop`, `ar_loop`, `speculative_loop`); its `Result`."""
     for event in events:
         if isinstance(event, Result):
             return event
@@ -249,5 +207,5 @@ def last_result(events: Iterable[object]) -> Result:
 
 
 def complete(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Result:
-    """Run `generate` to the end and return its `Result`."""
-    return last_result(generate(backend, prompt, s))
+    """Run `diffusion_loop` to the end and return its `Result`."""
+    return last_result(diffusion_loop(backend, prompt, s))

@@ -1,6 +1,6 @@
 """Block diffusion on the numpy reference, traced pass by pass.
 
-`python -m clover_local.reference.demo [--checkpoint DIR]` renders a chat prompt, runs the decode
+`python -m clover_local.reference_demo [--checkpoint DIR]` renders a chat prompt, runs the decode
 loop on the reference model and prints, per block, every pass: the positions it filled and the
 block as it stands (masks shown as `_`). Without a checkpoint a `tiny` one is generated into a
 temporary directory, so the demo needs nothing but this package.
@@ -15,12 +15,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from ..config import CheckpointConfig
-from ..decode import BlockEvent, PassEvent, Result, generate
-from ..policy import DecodingSettings
-from ..tokenizer import THINK_END, THINK_START, CloverTokenizer
-from .backend import NumpyBackend
-from .model import ReferenceModel
+from .loops import BlockEvent, PassEvent, Result, diffusion_loop
+from .model.config import CheckpointConfig
+from .model.tokenizer import THINK_END, THINK_START, CloverTokenizer
+from .policy import DecodingSettings
+from .reference.backend import NumpyBackend
+from .reference.model import ReferenceModel
 
 MASK_GLYPH = "_"
 
@@ -61,7 +61,7 @@ def run(
     ids = tok.encode_chat([{"role": "user", "content": prompt}], enable_thinking=thinking)
     console.print(f"[bold]checkpoint[/] {checkpoint}  block {s.block_size}  threshold {s.threshold}")
     console.print(f"[bold]prompt[/] ({len(ids)} tokens) {escape(tok.decode(ids))!r}")
-    for event in generate(NumpyBackend(model), ids, s):
+    for event in diffusion_loop(NumpyBackend(model), ids, s):
         if isinstance(event, PassEvent):
             text = block_text(tok, event.tokens, event.filled, s.mask_token_id)
             console.print(
@@ -82,12 +82,12 @@ def run(
             )
             console.print(f"[bold]text[/] {escape(tok.decode(event.tokens))!r}")
             return event
-    raise AssertionError("generate ended without a Result")
+    raise AssertionError("the loop ended without a Result")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m clover_local.reference.demo", description=__doc__.splitlines()[0]
+        prog="python -m clover_local.reference_demo", description=__doc__.splitlines()[0]
     )
     ap.add_argument("--checkpoint", type=Path, help="checkpoint directory (default: generate a tiny one)")
     ap.add_argument("--prompt", default="What is the capital of France?")
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.checkpoint is not None:
         run(args.checkpoint, *opts)
         return 0
-    from ..testing.make_checkpoint import write_checkpoint
+    from .testing.make_checkpoint import write_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="clover-demo-") as tmp:
         run(write_checkpoint(Path(tmp) / "tiny", "tiny"), *opts)

@@ -259,7 +259,7 @@ def expected_shapes(
 ) -> dict[str, tuple]:
     """Canonical name -> shape of every tensor of a Clover checkpoint, as the publisher stores it.
 
-    Placement and shapes of the four diffusion tensors are [ours] (CLOVER.md section 2).
+    Placement and shapes of the four diffusion tensors are [ours] (docs/model.md section 2).
     """
     h, v = cfg.hidden_size, cfg.vocab_size
     out: dict[str, tuple] = {"embed_tokens.weight": (v, h), "norm.weight": (h,)}

@@ -14,7 +14,7 @@ from typing import Any
 
 from llama_cpp import llama_cpp as ll
 
-from .tokenizer import ChatTemplating
+from ..model.tokenizer import ChatTemplating
 
 
 class GgufTokenizer(ChatTemplating):

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .gguf_info import ModelFileError
 from .hub import hub, is_repo_id
-from .model_info import ModelFileError
 
 SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 

@@ -18,14 +18,14 @@ from pathlib import Path
 import numpy as np
 
 from . import speculative
-from .config import CheckpointConfig
-from .decode import complete, generate_ar, last_result
-from .model_info import read_info
+from .loops import ar_loop, complete, last_result
+from .model.config import CheckpointConfig
+from .model.gguf_info import read_info
+from .model.tokenizer import CloverTokenizer
 from .policy import DecodingSettings
 from .reference.backend import NumpyBackend
 from .reference.model import ReferenceModel
 from .speculative import SpeculativeSettings
-from .tokenizer import CloverTokenizer
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class PassDiff:
 
 
 @dataclass
-class VerifyReport:
+class ConversionReport:
     gguf: str
     file_type: str
     prompt_tokens: int
@@ -94,7 +94,7 @@ def agreement(got: Sequence[int], ref: Sequence[int]) -> float:
     return sum(a == b for a, b in zip(got, ref, strict=False)) / max(len(ref), len(got))
 
 
-def verify(
+def check_conversion(
     gguf_path: str | Path,
     reference_checkpoint_dir: str | Path,
     prompt: str | Sequence[int] = "The quick brown fox",
@@ -104,7 +104,7 @@ def verify(
     flash_attn: bool = False,
     f32_cache: bool = True,
     log: bool = False,
-) -> VerifyReport:
+) -> ConversionReport:
     """Run the checks; the runtime defaults (no flash attention, F32 K/V) make F32 logits comparable.
 
     `log` leaves llama.cpp's log on stderr (`LlamaEngine`).
@@ -148,11 +148,11 @@ def verify(
         got = list(complete(eng, ids, settings).tokens)
         ar = spec = None
         if speculative_check:
-            ar = last_result(generate_ar(eng, ids, settings)).tokens
-            spec = last_result(speculative.generate(eng, ids, settings, SpeculativeSettings())).tokens
+            ar = last_result(ar_loop(eng, ids, settings)).tokens
+            spec = last_result(speculative.speculative_loop(eng, ids, settings, SpeculativeSettings())).tokens
     expected = list(complete(NumpyBackend(ref), ids, settings).tokens)
 
-    report = VerifyReport(
+    report = ConversionReport(
         str(gguf_path), ftype, len(ids), tol, causal, preview, commit, got, expected, agreement(got, expected)
     )
     if speculative_check:

@@ -1,4 +1,4 @@
-"""`clover_local.verify` on F32 and Q8_0 GGUFs of the tiny checkpoint."""
+"""`clover_local.conversion_check` on F32 and Q8_0 GGUFs of the tiny checkpoint."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ def gguf(ckpt, tmp_path, outtype: str):
 
 
 def test_f32_file_passes_with_logits_within_tolerance(tiny_checkpoint, tmp_path):
-    from clover_local.verify import verify
+    from clover_local.conversion_check import check_conversion
 
-    report = verify(
+    report = check_conversion(
         gguf(tiny_checkpoint, tmp_path, "f32"),
         tiny_checkpoint,
         "hello world",
@@ -40,9 +40,9 @@ def test_f32_file_passes_with_logits_within_tolerance(tiny_checkpoint, tmp_path)
 
 
 def test_q8_0_file_is_judged_on_token_agreement(tiny_checkpoint, tmp_path):
-    from clover_local.verify import verify
+    from clover_local.conversion_check import check_conversion
 
-    report = verify(
+    report = check_conversion(
         gguf(tiny_checkpoint, tmp_path, "q8_0"),
         tiny_checkpoint,
         [5, 9, 17, 3],

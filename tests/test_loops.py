@@ -7,9 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from clover_local.config import CheckpointConfig
-from clover_local.decode import BlockEvent, PassEvent, Result, aligned_candidates, complete, generate
-from clover_local.policy import DecodingSettings, LogitAdjustment, RequestTooLong, pick
+from clover_local.backend import LogitAdjustment, pick
+from clover_local.loops import BlockEvent, PassEvent, Result, aligned_candidates, complete, diffusion_loop
+from clover_local.model.config import CheckpointConfig
+from clover_local.policy import DecodingSettings, RequestTooLong
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel
 
@@ -58,7 +59,7 @@ def settings(**kw) -> DecodingSettings:
 
 
 def run(backend, prompt, s) -> tuple[list[PassEvent], list[BlockEvent], Result]:
-    events = list(generate(backend, prompt, s))
+    events = list(diffusion_loop(backend, prompt, s))
     result = events[-1]
     assert isinstance(result, Result) and not any(isinstance(e, Result) for e in events[:-1])
     return (
@@ -121,7 +122,7 @@ def test_over_long_request_is_rejected_before_any_pass():
     backend = ScriptedBackend(1, [5] * 8, [1.0] * 8)
     s = settings(context_limit=20, max_new_tokens=9)  # 3 blocks of 4 = 12 positions
     with pytest.raises(RequestTooLong, match="9 \\+ 12|12 for 9"):
-        next(generate(backend, list(range(9)), s))
+        next(diffusion_loop(backend, list(range(9)), s))
     assert backend.calls == []
     complete(backend, list(range(8)), s)  # 8 + 12 = 20 fits
 

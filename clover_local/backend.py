@@ -1,0 +1,173 @@
+"""The backend contract: what a model runtime offers the decoding loops, and nothing above it.
+
+A backend runs passes; the loops and the policy (`loops`, `speculative`, `policy`) decide what to
+run. This module holds the pass protocols (`Backend`, `FusedBackend`, `SpeculativeBackend`), the
+logit adjustment a pass applies and its numpy definition (`pick`, `distribution`: what the graph
+computes), and the verification result. Backends (`llama/`, `reference/`) import only this (and
+the model description); the loops import it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LogitAdjustment:
+    """Per-vocab vectors of `l' = max(l,0) * pos_scale + min(l,0) * neg_scale + bias`."""
+
+    pos_scale: np.ndarray
+    neg_scale: np.ndarray
+    bias: np.ndarray
+
+    @classmethod
+    def identity(cls, vocab_size: int) -> LogitAdjustment:
+        ones = np.ones(vocab_size, dtype=np.float32)
+        return cls(ones, ones.copy(), np.zeros(vocab_size, dtype=np.float32))
+
+
+def adjust_logits(logits: np.ndarray, adj: LogitAdjustment) -> np.ndarray:
+    """Apply the adjustment to logits [..., V]; the same formula runs in the llama.cpp graph."""
+    return np.maximum(logits, 0) * adj.pos_scale + np.minimum(logits, 0) * adj.neg_scale + adj.bias
+
+
+def pick(logits: np.ndarray, adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of logits [T, V]: the argmax token after adjustment and its softmax probability."""
+    adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj)
+    tokens = adjusted.argmax(axis=-1)
+    top = np.take_along_axis(adjusted, tokens[:, None], axis=-1)
+    probs = 1.0 / np.exp(adjusted - top).sum(axis=-1)
+    return tokens, probs
+
+
+def distribution(logits: np.ndarray, adj: LogitAdjustment, temperature: float) -> np.ndarray:
+    """Sampling distributions [..., V]: softmax of the adjusted logits / temperature (> 0).
+
+    What a sampled mode draws from; the same adjustment as `pick`, so greedy is its limit at 0.
+    """
+    adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj) / temperature
+    e = np.exp(adjusted - adjusted.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+class Backend(Protocol):
+    """What a model runtime must offer the loop; every answer is O(block) numbers.
+
+    Each method runs one pass and returns, per requested row, the argmax token after the logit
+    adjustment and its probability (`pick`). Rows are the pass's input positions; row i's
+    hidden state predicts position i + 1 (the loop does the alignment, `aligned_candidates`).
+    """
+
+    vocab_size: int
+
+    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+        """Start a new sequence with a causal pass over `tokens`; the last row's pick."""
+        ...
+
+    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
+        """Denoising pass over the block after the committed prefix, state untouched; all rows' picks."""
+        ...
+
+    def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+        """Causal pass appending `tokens` to the sequence; the last row's pick."""
+        ...
+
+
+class FusedBackend(Backend, Protocol):
+    """A `Backend` that can also run a block's commit and the next block's first preview as one pass.
+
+    Every block ends with a commit, and unless the request ends there, the next block starts with a
+    preview over the state that commit leaves, under the same adjustment (nothing new is resolved in
+    between). Fusing them runs one graph per block instead of two (the passes are small, so a
+    graph's fixed cost, its dispatch and the layers' weight reads, is much of a pass's cost).
+    `loops.diffusion_loop` uses it when the backend has it; the trace is the unfused loop's.
+    """
+
+    def commit_and_preview(
+        self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
+    ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
+        """`commit(tokens, adj)`, then `preview(block, adj)` over the state it leaves; both answers."""
+        ...
+
+
+@dataclass(frozen=True)
+class RowAdjustments:
+    """Per-row logit adjustments of a causal pass: one shared base plus, per row, values at a few ids.
+
+    Row j predicts the token that follows rows[:j+1], so its penalties and ramps count the
+    response plus those rows (as one `ar` step each would). Against the base (the response alone)
+    that changes only the rows' own tokens, the stop tokens (stop ramp) and `</think>` (think
+    ramp): `ids` holds those, so a graph uploads the base once and [rows, len(ids)] numbers more.
+    """
+
+    base: LogitAdjustment
+    ids: np.ndarray  # [K] token ids whose values differ between rows
+    pos_scale: np.ndarray  # [rows, K]
+    neg_scale: np.ndarray  # [rows, K]
+    bias: np.ndarray  # [rows, K]
+
+    @classmethod
+    def constant(cls, adj: LogitAdjustment, n_rows: int) -> RowAdjustments:
+        """The same adjustment for every row (a prompt row: nothing it appends counts)."""
+        empty = np.zeros((n_rows, 0), dtype=np.float32)
+        return cls(adj, np.zeros(0, dtype=np.int64), empty, empty, empty)
+
+    def __len__(self) -> int:
+        return self.bias.shape[0]
+
+    def row(self, j: int) -> LogitAdjustment:
+        """Row j's full adjustment."""
+        b = self.base
+        pos, neg, bias = b.pos_scale.copy(), b.neg_scale.copy(), b.bias.copy()
+        pos[self.ids], neg[self.ids], bias[self.ids] = self.pos_scale[j], self.neg_scale[j], self.bias[j]
+        return LogitAdjustment(pos, neg, bias)
+
+    def last(self) -> LogitAdjustment:
+        """The adjustment of the preview rows: the last causal row's (the base when there is none)."""
+        return self.row(len(self) - 1) if len(self) else self.base
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What one speculative pass returns: O(block) numbers greedy, full rows only when sampling.
+
+    `tokens` / `probs`: per causal row the argmax after that row's adjustment and its probability
+    (`pick`); row j predicts position start + j + 1. `draft_tokens` / `draft_probs`: the
+    same for the preview rows under `RowAdjustments.last()`; row i predicts position
+    start + len(causal rows) + i + 1. With temperature > 0, `dist` / `draft_dist` hold the rows'
+    sampling distributions (`distribution`), else None.
+    """
+
+    tokens: np.ndarray
+    probs: np.ndarray
+    draft_tokens: np.ndarray
+    draft_probs: np.ndarray
+    dist: np.ndarray | None = None  # [causal rows, V]
+    draft_dist: np.ndarray | None = None  # [preview rows, V]
+
+
+class SpeculativeBackend(Backend, Protocol):
+    """A `Backend` that can verify a draft and draft the next block in one pass, and roll back."""
+
+    def verify_and_draft(
+        self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
+    ) -> Verification:
+        """One pass: `tokens` run causally after the sequence (appended, with a recurrent-state
+        snapshot after every row), then `preview` (mask ids, or draft tokens when refining) runs as
+        a denoising block right after them over the state they produce, writing nothing.
+
+        `tokens` may be empty (a plain preview) and `preview` may be empty (a plain commit). Causal
+        row j uses `adjs.row(j)`, preview rows `adjs.last()`; temperature > 0 asks for the
+        distributions too (a graph could instead sample in place from one uniform per row).
+        """
+        ...
+
+    def rollback(self, n_keep: int) -> None:
+        """Truncate the sequence to its first `n_keep` positions: 0 (empty), or anywhere from the
+        start of the last `verify_and_draft`'s causal rows to the end (K/V cut, GDN conv and
+        recurrent state restored from that pass's snapshot)."""
+        ...

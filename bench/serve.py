@@ -7,8 +7,8 @@ converted to F32 here) and measures, in the same run:
   history, the first answer and a new question). The follow-up's `prompt_ms` is compared with the
   same request sent cold, after an unrelated conversation: with prefix reuse (issue 13) the
   follow-up processes only its new tokens, without it the two cost the same.
-- overhead: the same non-streamed request through the server and through `Clover` in-process;
-  the server's total time over the in-process one (queue, JSON, HTTP on loopback).
+- overhead: a non-streamed request's wall time at the client against the time `Clover` spent on
+  it (`clover.total_ms`, measured inside the server): what queueing, JSON and HTTP on loopback add.
 
 Prints one JSON object (machine, date, numbers) for docs/performance.md.
 
@@ -34,7 +34,6 @@ from typing import Any
 
 from clover_convert.pipeline import Options, convert, prepare
 
-from clover_local.api import Clover
 from clover_local.testing.make_checkpoint import write_checkpoint
 
 
@@ -120,13 +119,11 @@ def measure(port: int, model: Path, args: argparse.Namespace) -> dict[str, Any]:
         prompt_tokens = warm["usage"]["prompt_tokens"]
 
     question = {"messages": [{"role": "user", "content": "What is a clover?"}], **limits}
-    served = [post(port, question)[1] for _ in range(args.repeats)]
-    with Clover(model, n_ctx=0) as clover:
-        local = []
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            clover.create_chat_completion(question["messages"], max_tokens=args.max_tokens, thinking=False)
-            local.append(time.perf_counter() - start)
+    walls, inside = [], []
+    for _ in range(args.repeats):
+        reply, seconds = post(port, question)
+        walls.append(seconds * 1e3)
+        inside.append(reply["clover"]["total_ms"])
     follow_ms, cold_ms = statistics.median(turns["follow_up"]), statistics.median(turns["cold"])
     return {
         "what": "clover serve: follow-up turn prompt time, and HTTP overhead",
@@ -137,9 +134,9 @@ def measure(port: int, model: Path, args: argparse.Namespace) -> dict[str, Any]:
         "follow_up_prompt_ms": follow_ms,
         "cold_prompt_ms": cold_ms,
         "follow_up_over_cold": follow_ms / cold_ms,
-        "served_request_ms": statistics.median(served) * 1e3,
-        "in_process_request_ms": statistics.median(local) * 1e3,
-        "served_over_in_process": statistics.median(served) / statistics.median(local),
+        "request_wall_ms": statistics.median(walls),
+        "request_in_clover_ms": statistics.median(inside),
+        "server_overhead_ms": statistics.median(w - i for w, i in zip(walls, inside, strict=True)),
     }
 
 

@@ -32,7 +32,7 @@ from starlette.exceptions import HTTPException
 from ..api import Clover
 from ..policy import RequestTooLong
 from .schemas import ChatCompletionRequest, CompletionRequest, RequestBase, UnsupportedField
-from .worker import Job, Message, QueueFull, StartFn, Worker
+from .worker import Job, Message, QueueFull, ShuttingDown, StartFn, Worker
 
 STATIC = resources.files(__package__) / "static"
 POLL_SECONDS = 0.05  # how often a waiting handler checks that its client is still there
@@ -70,6 +70,8 @@ def api_error(e: Exception) -> APIError:
         return APIError(400, str(e), param=e.param, code="unsupported_parameter")
     if isinstance(e, ValueError):
         return APIError(400, str(e))
+    if isinstance(e, ShuttingDown):
+        return APIError(503, str(e), kind="server_error")
     return APIError(500, f"internal error: {type(e).__name__}: {e}", kind="server_error")
 
 

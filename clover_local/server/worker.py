@@ -32,6 +32,10 @@ class Cancelled(Exception):
     """Raised inside the decode loop once a job's client has gone."""
 
 
+class ShuttingDown(Exception):
+    """What a job still waiting when the server stops is told."""
+
+
 @dataclass
 class Message:
     """What the worker tells a handler. kind: `started` (request accepted; a stream follows),
@@ -92,7 +96,7 @@ class Worker:
                 job = self._jobs.get_nowait()
                 if job is not None:
                     job.cancel()
-                    job.send("error", Cancelled("the server is shutting down"))
+                    job.send("error", ShuttingDown("the server is shutting down; retry later"))
         self._jobs.put(None)
         self._thread.join()
 

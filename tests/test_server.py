@@ -504,3 +504,17 @@ def test_page_streams_and_shows_the_blocks_denoise(start, browser: Any, tmp_path
     )
     prompt_tokens = [int(s.split("prompt ")[1].split()[0]) for s in (first, second)]
     assert prompt_tokens[1] > prompt_tokens[0] + 10
+    # Stop: the page drops the request, and the server stops decoding it
+    before = server.wait_idle()["cancelled"]
+    max_tokens = browser.find_element(By.ID, "max-tokens")
+    max_tokens.clear()
+    max_tokens.send_keys("2048")
+    browser.find_element(By.ID, "prompt").send_keys("Go on.\n")
+    wait.until(
+        lambda b: (
+            b.find_elements(By.CSS_SELECTOR, streaming) and b.find_elements(By.CSS_SELECTOR, ".cell.new")
+        )
+    )
+    browser.find_element(By.ID, "stop").click()
+    wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#log .msg.assistant[data-state=stopped]"))
+    assert server.wait_idle(timeout=10)["cancelled"] == before + 1

@@ -145,7 +145,7 @@ def create_app(clover: Clover, config: ServerConfig) -> FastAPI:
     @app.get("/v1/models", dependencies=[Depends(authorize)])
     async def models() -> dict[str, Any]:
         model = {"id": config.model_name, "object": "model", "created": created, "owned_by": "clover-local"}
-        return {"object": "list", "data": [{**model, "meta": {"mode": clover.mode, "n_ctx": clover.n_ctx}}]}
+        return {"object": "list", "data": [{**model, "meta": {"mode": clover.mode}}]}
 
     @app.post("/v1/completions", dependencies=[Depends(authorize)])
     async def completions(body: CompletionRequest, request: Request) -> Response:

@@ -3,7 +3,7 @@
 Generates a `full-width` checkpoint (real Clover widths, `--layers` layers; 2 layers is 5.3 GB)
 and its Qwen3.5-MoE twin, warms the page cache with both, then measures per output type:
 
-- ours: `clover-convert CKPT -t TYPE` (one streaming pass, quantizing on the fly);
+- ours: `clover-convert CKPT --outtype TYPE` (one streaming pass, quantizing on the fly);
 - upstream: the pinned tree's `convert_hf_to_gguf.py --outtype bf16` on the twin, then for
   quantized types `llama_model_quantize` (the code behind `llama-quantize`) on that BF16 file.
 
@@ -98,7 +98,17 @@ def bench(work: Path, layers: int, types: list[str], upstream: bool) -> list[Row
         out = work / f"ours-{kind}.gguf"
         warm(ckpt)
         run = measured(
-            [sys.executable, "-m", "clover_convert.cli", str(ckpt), "-o", str(out), "-t", kind, "--force"]
+            [
+                sys.executable,
+                "-m",
+                "clover_convert.cli",
+                str(ckpt),
+                "-o",
+                str(out),
+                "--outtype",
+                kind,
+                "--force",
+            ]
         )
         rows.append(_row("clover-convert", kind, size, out, run))
         out.unlink()

@@ -7,8 +7,10 @@ reasoning of a thinking answer goes to `reasoning_content`, and every result car
 statistics under `"clover"`. Everything is driven by one generator of decode events
 (`Clover.generate`), which streaming, `--visual` and `bench` consume as well.
 
-A `Clover` runs one request at a time; each request starts with a fresh prefill, so a stream
-that is closed early (or interrupted) leaves nothing behind for the next one.
+A `Clover` runs one request at a time. A request runs only the prompt tokens the sequence does not
+already hold (`prompt_cache`: a continuation or the next chat turn keeps the history), so a
+stream closed early (or interrupted) leaves only committed tokens, which the next request keeps
+where its prompt repeats them.
 """
 
 from __future__ import annotations
@@ -16,19 +18,21 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import numpy as np
 
-from . import policy, speculative
-from .backend import Backend
+from . import limits, policy, speculative
+from .backend import Backend, Routing, SpeculativeBackend
 from .loops import BlockEvent, Event, PassEvent, Result, TokenEvent, ar_loop, diffusion_loop
 from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
+from .model.decoding_parameters import from_request
 from .model.gguf_info import ModelFileError, ModelInfo, read_info
 from .model.tokenizer import THINK_END, THINK_START, CloverTokenizer
 from .policy import DecodingSettings
+from .prompt_cache import Reuse
 from .sampling import GumbelBackend
 from .textstream import CONTENT, REASONING, Delta, TextStream
 
@@ -87,11 +91,14 @@ class _Trace:
             self.commit_seconds.append(event.seconds)
         self.tokens += appended(event)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, reuse: Reuse | None = None) -> dict[str, Any]:
+        """The request's statistics; `reuse`: what the prefill kept of the sequence (`prompt_cache`)."""
         total = time.perf_counter() - self.start
         prefill = self.prefill_seconds if self.prefill_seconds is not None else total
         gen = max(total - prefill, 1e-9)
         passes = len(self.tokens_per_pass)
+        reuse = reuse or Reuse(0, "none")
+        computed = self.prompt_tokens - reuse.kept
         return {
             "mode": self.mode,
             "tokens": list(self.tokens),
@@ -101,9 +108,11 @@ class _Trace:
             "tokens_per_pass": list(self.tokens_per_pass),
             "mean_tokens_per_pass": sum(self.tokens_per_pass) / passes if passes else 0.0,
             "prompt_ms": prefill * 1e3,
+            "prompt_kept_tokens": reuse.kept,  # held from the previous request, not run again
+            "prompt_cache": reuse.how,  # "extended", "checkpoint" or "none" (a full prefill)
             "preview_ms": _mean_ms(self.preview_seconds),
             "commit_ms": _mean_ms(self.commit_seconds),
-            "prompt_tokens_per_s": self.prompt_tokens / prefill if prefill > 0 else 0.0,
+            "prompt_tokens_per_s": computed / prefill if prefill > 0 else 0.0,
             "generation_tokens_per_s": len(self.tokens) / gen,
             "total_ms": total * 1e3,
         }
@@ -145,21 +154,6 @@ def _without_stop(tokens: list[int], s: DecodingSettings) -> list[int]:
     return tokens[:-1] if tokens and tokens[-1] in s.stop_token_ids else tokens
 
 
-def get_coreset(backend: Backend) -> tuple[bool, float] | None:
-    """The backend's preview coreset setting: the engine's attributes, or the reference's config."""
-    if hasattr(backend, "coreset"):
-        return bool(backend.coreset), float(backend.coreset_top_p)
-    cfg = getattr(getattr(backend, "model", None), "cfg", None)
-    return (cfg.coreset_enabled, cfg.coreset_top_p) if cfg is not None else None
-
-
-def set_coreset(backend: Backend, enabled: bool, top_p: float) -> None:
-    if hasattr(backend, "coreset"):
-        backend.coreset, backend.coreset_top_p = enabled, top_p
-    elif get_coreset(backend) is not None:
-        backend.model.cfg = backend.model.cfg.with_overrides(coreset_enabled=enabled, coreset_top_p=top_p)
-
-
 def defaults_from_gguf(info: ModelInfo, eos_fallback: Sequence[int]) -> GenerationDefaults:
     """Decoding defaults from a GGUF's `clover-moe.diffusion.*` keys (docs/design.md).
 
@@ -190,7 +184,15 @@ class Clover:
         coreset: bool | None = None,
         coreset_top_p: float | None = None,
         flash_attn: bool | None = None,
+        **llama_args: Any,
     ):
+        """`llama_args`: llama-cpp-python's other constructor arguments (`LLAMA_ARGS_WITHOUT_EFFECT`),
+        accepted so that code written for `Llama` runs unchanged; they change nothing here."""
+        for name in set(llama_args) - LLAMA_ARGS_WITHOUT_EFFECT:
+            raise TypeError(f"Clover() got an unexpected keyword argument {name!r}")
+        limits.check_all({"n_ctx": n_ctx, "n_gpu_layers": n_gpu_layers, "n_threads": n_threads})
+        limits.check_all({k: llama_args.get(k) for k in ("n_threads_batch", "n_batch")})
+        limits.check("coreset_top_p", coreset_top_p)
         info = read_info(model_path)
         if info.gdn_layers >= int(info.hyperparameters.get("block_count", 0)):
             raise ModelFileError(
@@ -224,6 +226,7 @@ class Clover:
         defaults = defaults_from_gguf(info, tokenizer.end_of_generation_ids())
         mask = info.mask_token_id if info.mask_token_id is not None else -1
         self._attach(engine, tokenizer, defaults, mask, str(model_path), limit, mode)
+        self.file_type = info.file_type
 
     @classmethod
     def from_backend(
@@ -274,32 +277,49 @@ class Clover:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.backend, self.tokenizer, self.defaults = backend, tokenizer, defaults
-        self.mask_token_id, self.model_path, self.n_ctx, self.mode = (
+        self.mask_token_id, self.model_path, self.context_limit, self.mode = (
             mask_token_id,
             model_name,
             context_limit,
             mode,
         )
+        self.file_type = ""  # a GGUF's file type (Q4_K_M, ...); empty for other backends
         self.think_ids = (tokenizer.token_id(THINK_START), tokenizer.token_id(THINK_END))
         # draft controls of the speculative mode (draft length, refinements, threshold, adaptive);
         # assign a new `SpeculativeSettings` to change them; temperature and seed come per request
         self.draft = speculative.SpeculativeSettings()
-        self._coreset = get_coreset(backend)
         self._request = 0
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def close(self) -> None:
         """Free the model and context (the llama.cpp engine); the object is unusable afterwards."""
-        close = getattr(self.backend, "close", None)
-        if close is not None:
-            close()
+        self.backend.close()
 
     def __enter__(self) -> Clover:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def n_ctx(self) -> int:
+        """The context size in tokens (prompt and response), as `Llama.n_ctx()`."""
+        return self.context_limit
+
+    def n_vocab(self) -> int:
+        return self.backend.vocab_size
+
+    def token_eos(self) -> int:
+        return self.defaults.eos_token_ids[0] if self.defaults.eos_token_ids else -1
+
+    def token_bos(self) -> int:
+        return -1  # Clover adds no BOS
+
+    def reset(self) -> None:
+        """Forget the sequence (the next request runs its whole prompt), as `Llama.reset`."""
+        reset = getattr(self.backend, "reset", None)
+        if reset is not None:
+            reset()
 
     # -- tokens -----------------------------------------------------------------------------------
 
@@ -316,42 +336,29 @@ class Clover:
         self,
         n_prompt: int,
         max_tokens: int | None = None,
-        *,
-        block_size: int | None = None,
-        threshold: float | None = None,
-        presence_penalty: float | None = None,
-        frequency_penalty: float | None = None,
-        repeat_penalty: float | None = None,
-        stop_ramp_start: float | None = None,
-        stop_ramp_max: float | None = None,
-        think_ramp_start: float | None = None,
-        think_ramp_max: float | None = None,
+        **overrides: Any,
     ) -> DecodingSettings:
         """The policy's settings for a request: the model's defaults, then these overrides.
 
+        `overrides` go by the decoding parameters' request names (`block_size`, `threshold`,
+        `repeat_penalty`, ...: `decoding_parameters.BY_REQUEST_NAME`); None keeps the default.
         `max_tokens` None (or <= 0) means the model's default budget, cut to what fits the context.
         In AR mode blocks are one token wide, which is also what the length check then counts.
         """
-        block = 1 if self.mode == "ar" else (block_size or self.defaults.block_size)
+        chosen = from_request(overrides)
+        block = 1 if self.mode == "ar" else (chosen.pop("block_size", None) or self.defaults.block_size)
         if max_tokens is None or max_tokens <= 0:
-            fits = (self.n_ctx - n_prompt) // block * block
+            fits = (self.context_limit - n_prompt) // block * block
             max_tokens = min(self.defaults.max_new_tokens, fits) if fits > 0 else self.defaults.max_new_tokens
         return DecodingSettings.from_defaults(
             self.defaults,
             self.mask_token_id,
+            **chosen,
             block_size=block,
-            threshold=threshold,
             max_new_tokens=max_tokens,
-            presence_penalty=presence_penalty,
-            frequency_penalty=frequency_penalty,
-            repetition_penalty=repeat_penalty,
-            stop_ramp_start=stop_ramp_start,
-            stop_ramp_max=stop_ramp_max,
-            think_ramp_start=think_ramp_start,
-            think_ramp_max=think_ramp_max,
             think_start_id=self.think_ids[0],
             think_end_id=self.think_ids[1],
-            context_limit=self.n_ctx,
+            context_limit=self.context_limit,
         )
 
     def _text(self, ids: Sequence[int]) -> str:
@@ -366,20 +373,22 @@ class Clover:
         diffusion: a `PassEvent` per preview, a `BlockEvent` per commit; ar: a `TokenEvent` per
         token; speculative: an `IterationEvent` per verify-and-draft pass. All end with a `Result`.
         Sampling (temperature > 0): ar through Gumbel noise (`sampling`), speculative through
-        its own acceptance rule (a backend giving distributions); never diffusion, where one
-        pass fills many positions from one bias shared by every row.
+        its own acceptance rule (a backend giving distributions); diffusion decodes greedily
+        whatever the temperature (one pass fills many positions from one bias shared by every
+        row), and says so in the statistics (`Sampling.applied`).
         """
-        _check_sampling(self.mode, temperature)
+        if self.mode == "diffusion":
+            temperature = 0.0
         if self.mode == "ar":
             backend = self.backend
             if temperature > 0:
                 backend = GumbelBackend(backend, temperature, np.random.default_rng(seed))
             return ar_loop(backend, tokens, s)
         if self.mode == "speculative":
-            if not hasattr(self.backend, "verify_and_draft"):
+            if not self.backend.capabilities.speculative:
                 raise ValueError("this backend cannot run the speculative mode (no verify_and_draft pass)")
             spec = replace(self.draft, temperature=temperature, seed=seed)
-            return speculative.speculative_loop(self.backend, tokens, s, spec)
+            return speculative.speculative_loop(cast(SpeculativeBackend, self.backend), tokens, s, spec)
         return diffusion_loop(self.backend, tokens, s)
 
     def _run(
@@ -388,14 +397,19 @@ class Clover:
         s: DecodingSettings,
         stop: Sequence[str],
         reasoning: bool,
-        sampling: tuple[float, int | None],
+        sampling: Sampling,
         on_event: EventCallback | None,
+        checkpoint_at: int | None = None,
     ) -> Iterator[list[Delta] | _Outcome]:
-        """Text deltas of one request as its tokens become final, then its `_Outcome`."""
+        """Text deltas of one request as its tokens become final, then its `_Outcome`.
+
+        `checkpoint_at`: where the prompt's reusable history ends (`LlamaEngine.prefill`)."""
         self._request += 1
         mine = self._request
+        if hasattr(self.backend, "checkpoint_at"):
+            self.backend.checkpoint_at = checkpoint_at
         trace, text = _Trace(self.mode, len(prompt)), TextStream(self._text, stop, reasoning)
-        events = self.generate(prompt, s, *sampling)
+        events = self.generate(prompt, s, sampling.temperature, sampling.seed)
         committed: list[int] = []
         final: list[int] = []
         finish = "stop"
@@ -426,30 +440,33 @@ class Clover:
         deltas = text.feed(_without_stop(final, s), final=True)
         if deltas:
             yield deltas
-        yield _Outcome("stop" if text.stopped else finish, text.n_tokens, trace.stats())
+        reuse = getattr(self.backend, "reuse", None)
+        stats = {**trace.stats(reuse), "sampling": sampling.applied(self.mode)}
+        yield _Outcome("stop" if text.stopped else finish, text.n_tokens, stats)
 
     def _prepare(
         self,
         prompt: list[int],
         max_tokens: int | None,
-        temperature: float,
-        top_p: float,
-        top_k: int,
+        sampling: Sampling,
         coreset: bool | None,
         coreset_top_p: float | None,
         overrides: dict[str, Any],
     ) -> DecodingSettings:
-        """Validate a request before any pass runs: sampling options, coreset, length."""
-        _check_sampling(self.mode, temperature, top_p, top_k)
+        """Validate a request before any pass runs: option ranges, coreset, length.
+
+        The request's routing travels with its settings to every preview it runs; the backend
+        keeps only the model file's (`default_routing`), so nothing one request sets sticks."""
+        limits.check_all({**asdict(sampling), **overrides, "max_tokens": max_tokens})
+        limits.check("coreset_top_p", coreset_top_p)
         s = self.decoding_settings(len(prompt), max_tokens, **overrides)
         policy.check_length(len(prompt), s)
-        if self._coreset is not None:  # per request: what one request sets does not stick
-            set_coreset(
-                self.backend,
-                self._coreset[0] if coreset is None else coreset,
-                self._coreset[1] if coreset_top_p is None else coreset_top_p,
-            )
-        return s
+        default = self.backend.default_routing
+        routing = Routing(
+            default.coreset if coreset is None else coreset,
+            default.top_p if coreset_top_p is None else coreset_top_p,
+        )
+        return replace(s, routing=routing)
 
     def create_completion(
         self,
@@ -463,6 +480,8 @@ class Clover:
         seed: int | None = None,
         model: str | None = None,
         *,
+        min_p: float = 0.0,
+        echo: bool = False,
         coreset: bool | None = None,
         coreset_top_p: float | None = None,
         on_event: EventCallback | None = None,
@@ -473,16 +492,22 @@ class Clover:
         Clover extras: `block_size`, `threshold`, `presence_penalty`, `frequency_penalty`,
         `repeat_penalty`, the `stop_ramp_*` / `think_ramp_*` ramps (model defaults when omitted),
         `coreset` / `coreset_top_p` for previews, and `on_event`, called with every decode event.
-        Raises `RequestTooLong` (a ValueError) before any work when the request cannot fit.
+        llama-cpp-python's other request arguments are accepted (`request_overrides`). Raises
+        `RequestTooLong` (a ValueError) before any work when the request cannot fit, `OptionError`
+        (a ValueError) for a value out of range.
         """
         ids = prompt if isinstance(prompt, list) else self.tokenizer.encode(prompt)
-        s = self._prepare(ids, max_tokens, temperature, top_p, top_k, coreset, coreset_top_p, settings)
-        steps = self._run(ids, s, _stops(stop), False, (temperature, seed), on_event)
+        sampling = Sampling(temperature, top_p, top_k, min_p, seed)
+        overrides = request_overrides("create_completion", settings)
+        s = self._prepare(ids, max_tokens, sampling, coreset, coreset_top_p, overrides)
+        steps = self._run(ids, s, _stops(stop), False, sampling, on_event)
         head = {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time())}
         head["model"] = model or self.model_path
         if stream:
             return self._completion_chunks(head, steps, len(ids))
         text, outcome = _collect(steps)
+        if echo:
+            text[CONTENT] = (prompt if isinstance(prompt, str) else self._text(ids)) + text[CONTENT]
         choice = {"text": text[CONTENT], "index": 0, "logprobs": None, "finish_reason": outcome.finish_reason}
         return {**head, "choices": [choice], **_usage(len(ids), outcome)}
 
@@ -512,7 +537,8 @@ class Clover:
         max_tokens: int | None = None,
         model: str | None = None,
         *,
-        thinking: bool = True,
+        min_p: float = 0.0,
+        thinking: bool = False,
         coreset: bool | None = None,
         coreset_top_p: float | None = None,
         on_event: EventCallback | None = None,
@@ -522,12 +548,16 @@ class Clover:
 
         `thinking` is the template's `enable_thinking`; with it the text up to `</think>` goes to
         `message.reasoning_content` (`delta.reasoning_content` when streaming) and the rest to
-        `content`. Other extras as in `create_completion`.
+        `content`. Off by default, so code reading only `content` gets the answer (a thinking
+        answer that runs out of budget has an empty `content`). Other extras as in `create_completion`.
         """
+        sampling = Sampling(temperature, top_p, top_k, min_p, seed)
+        overrides = request_overrides("create_chat_completion", settings)
         ids = self.tokenizer.encode(self.tokenizer.render_chat(messages, enable_thinking=thinking))
-        s = self._prepare(ids, max_tokens, temperature, top_p, top_k, coreset, coreset_top_p, settings)
+        s = self._prepare(ids, max_tokens, sampling, coreset, coreset_top_p, overrides)
         reasoning = policy.thinking(ids, [], s)
-        steps = self._run(ids, s, _stops(stop), reasoning, (temperature, seed), on_event)
+        history = self._history_length(ids, messages, thinking)
+        steps = self._run(ids, s, _stops(stop), reasoning, sampling, on_event, history)
         head = {"id": f"chatcmpl-{uuid.uuid4()}", "object": "chat.completion", "created": int(time.time())}
         head["model"] = model or self.model_path
         if stream:
@@ -538,6 +568,15 @@ class Clover:
             message[REASONING] = text[REASONING]
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": outcome.finish_reason}
         return {**head, "choices": [choice], **_usage(len(ids), outcome)}
+
+    def _history_length(self, ids: list[int], messages: list[dict[str, Any]], thinking: bool) -> int | None:
+        """How many of a chat prompt's tokens are its messages, before the template's generation
+        prompt: what the next turn's prompt repeats (None when the template does not split so)."""
+        if not hasattr(self.backend, "checkpoint_at"):
+            return None
+        text = self.tokenizer.render_chat(messages, enable_thinking=thinking, add_generation_prompt=False)
+        history = self.tokenizer.encode(text)
+        return len(history) if ids[: len(history)] == history else None
 
     def _chat_chunks(
         self, head: dict[str, Any], steps: Iterator[list[Delta] | _Outcome], n_prompt: int
@@ -567,20 +606,81 @@ def _context_limit(n_ctx: int) -> int:
     return n_ctx if n_ctx > 0 else CONTEXT_LIMIT
 
 
-def _check_sampling(mode: str, temperature: float, top_p: float = 1.0, top_k: int = 0) -> None:
-    """Sampling exists in AR mode only, and without truncation (see `Clover.generate`)."""
-    if temperature <= 0:
-        return
-    if mode == "diffusion":
-        raise ValueError(
-            "temperature > 0 needs mode 'ar' or 'speculative': block diffusion decodes greedily, "
-            "one pass filling many positions from one shared logit bias"
-        )
-    if top_k > 0 or top_p < 1.0:
-        raise ValueError(
-            "top_k / top_p truncation is not supported: the backend returns each row's argmax only; "
-            "sample with temperature alone (top_k=0, top_p=1.0)"
-        )
+@dataclass(frozen=True)
+class Sampling:
+    """A request's sampling arguments, as llama-cpp-python takes them."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seed is not None and self.seed < 0:  # -1: a random seed, as in llama.cpp
+            object.__setattr__(self, "seed", None)
+
+    def applied(self, mode: str) -> str:
+        """What the mode did with them: every mode decodes greedily at temperature 0; diffusion
+        always (see `Clover.generate`); ar and speculative sample at the temperature from the
+        whole distribution (the graph returns one pick per row, so no top-k / top-p / min-p cut)."""
+        if self.temperature <= 0 or mode == "diffusion":
+            return "greedy" if self.temperature <= 0 else "greedy (diffusion mode decodes greedily)"
+        truncation = self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0
+        return f"temperature {self.temperature}" + (" (top_k/top_p/min_p not applied)" if truncation else "")
+
+
+# llama-cpp-python's constructor arguments that mean nothing for Clover: accepted, no effect
+LLAMA_ARGS_WITHOUT_EFFECT = frozenset(
+    "split_mode main_gpu tensor_split vocab_only use_mmap use_mlock kv_overrides seed n_batch n_ubatch "
+    "n_threads_batch rope_scaling_type pooling_type rope_freq_base rope_freq_scale yarn_ext_factor "
+    "yarn_attn_factor yarn_beta_fast yarn_beta_slow yarn_orig_ctx logits_all embedding offload_kqv "
+    "op_offload swa_full no_perf last_n_tokens_size lora_base lora_scale lora_path numa chat_format "
+    "chat_handler draft_model tokenizer type_k type_v spm_infill rpc_servers".split()
+)
+# Clover's own decoding overrides a request may carry (`Clover.decoding_settings`)
+DECODING_OVERRIDES = frozenset(
+    "block_size threshold presence_penalty frequency_penalty repeat_penalty stop_ramp_start "
+    "stop_ramp_max think_ramp_start think_ramp_max".split()
+)
+# llama-cpp-python's request arguments without effect here (sampler variants the graph has not)
+REQUEST_ARGS_WITHOUT_EFFECT = frozenset(
+    "typical_p tfs_z mirostat_tau mirostat_eta top_logprobs tool_choice function_call".split()
+)
+# ... and those that would change the answer in a way Clover cannot: refused when set
+REQUEST_ARGS_REFUSED = {
+    "suffix": "suffix (fill-in-the-middle) is not supported: the model has no infill tokens",
+    "logprobs": "logprobs are not available: each pass returns only the picked token and its probability",
+    "grammar": "grammars are not supported: the graph picks each position's argmax, unconstrained",
+    "logit_bias": "logit_bias is not supported yet; the model's penalties and ramps are its controls",
+    "mirostat_mode": "mirostat sampling is not supported",
+    "tools": "tools are not supported yet (no tool-call parsing)",
+    "functions": "functions are not supported yet (no tool-call parsing)",
+    "stopping_criteria": "stopping_criteria is not supported; use stop strings",
+    "logits_processor": "logits_processor is not supported: the logits stay on the device",
+}
+
+
+def request_overrides(method: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """Clover's decoding overrides among a request's extra keywords; llama-cpp-python's other request
+    arguments pass where they change nothing and are refused, with the reason, where they would."""
+    overrides = {}
+    for name, value in settings.items():
+        if name in DECODING_OVERRIDES:
+            overrides[name] = value
+        elif name == "response_format":
+            kind = (value or {}).get("type", "text") if isinstance(value, dict) else value
+            if kind != "text":
+                raise ValueError(
+                    f"response_format {kind!r} needs grammar-constrained sampling, which Clover's decoding "
+                    "has not (the graph picks each position's argmax); ask for JSON in the prompt instead"
+                )
+        elif name in REQUEST_ARGS_REFUSED:
+            if value not in (None, False, 0, "", [], {}):
+                raise ValueError(REQUEST_ARGS_REFUSED[name])
+        elif name not in REQUEST_ARGS_WITHOUT_EFFECT:
+            raise TypeError(f"{method}() got an unexpected keyword argument {name!r}")
+    return overrides
 
 
 def _stops(stop: str | list[str] | None) -> list[str]:

@@ -54,6 +54,35 @@ def distribution(logits: np.ndarray, adj: LogitAdjustment, temperature: float) -
     return e / e.sum(axis=-1, keepdims=True)
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend offers beyond `Backend`'s three passes: declared by the backend, never probed.
+
+    `fused`: `FusedBackend.commit_and_preview`. `speculative`: `SpeculativeBackend`'s
+    `verify_and_draft` and `rollback`, for at most `max_verify_rows` causal rows per verification
+    (None: any number). `counts_bytes`: `bytes_read` / `bytes_written` count what passes move
+    between host and model.
+    """
+
+    fused: bool = False
+    speculative: bool = False
+    max_verify_rows: int | None = None
+    counts_bytes: bool = False
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How a preview routes its MoE layers (docs/model.md 2.4), given with every pass that previews.
+
+    Within the block's expert coreset when `coreset`, keeping `top_p` of the block's router mass;
+    commits always route unrestricted. A pass given None routes as the model file says
+    (`Backend.default_routing`); nothing a request chooses is ever stored on a backend.
+    """
+
+    coreset: bool = True
+    top_p: float = 0.9
+
+
 class Backend(Protocol):
     """What a model runtime must offer the loop; every answer is O(block) numbers.
 
@@ -63,17 +92,25 @@ class Backend(Protocol):
     """
 
     vocab_size: int
+    capabilities: Capabilities
+    default_routing: Routing  # the model file's (`clover-moe.diffusion.coreset_*`, config.json)
 
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         """Start a new sequence with a causal pass over `tokens`; the last row's pick."""
         ...
 
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
+    def preview(
+        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Denoising pass over the block after the committed prefix, state untouched; all rows' picks."""
         ...
 
     def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         """Causal pass appending `tokens` to the sequence; the last row's pick."""
+        ...
+
+    def close(self) -> None:
+        """Free what the backend holds (a model, a context); it is unusable afterwards."""
         ...
 
 
@@ -84,13 +121,18 @@ class FusedBackend(Backend, Protocol):
     preview over the state that commit leaves, under the same adjustment (nothing new is resolved in
     between). Fusing them runs one graph per block instead of two (the passes are small, so a
     graph's fixed cost, its dispatch and the layers' weight reads, is much of a pass's cost).
-    `loops.diffusion_loop` uses it when the backend has it; the trace is the unfused loop's.
+    `loops.diffusion_loop` uses it when the backend declares it (`Capabilities.fused`); the trace is
+    the unfused loop's.
     """
 
     def commit_and_preview(
-        self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
+        self,
+        tokens: Sequence[int],
+        adj: LogitAdjustment,
+        block: Sequence[int],
+        routing: Routing | None = None,
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
-        """`commit(tokens, adj)`, then `preview(block, adj)` over the state it leaves; both answers."""
+        """`commit(tokens, adj)`, then `preview(block, adj, routing)` over the state it leaves."""
         ...
 
 
@@ -154,7 +196,12 @@ class SpeculativeBackend(Backend, Protocol):
     """A `Backend` that can verify a draft and draft the next block in one pass, and roll back."""
 
     def verify_and_draft(
-        self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
+        self,
+        tokens: Sequence[int],
+        adjs: RowAdjustments,
+        preview: Sequence[int],
+        temperature: float = 0.0,
+        routing: Routing | None = None,
     ) -> Verification:
         """One pass: `tokens` run causally after the sequence (appended, with a recurrent-state
         snapshot after every row), then `preview` (mask ids, or draft tokens when refining) runs as
@@ -162,7 +209,8 @@ class SpeculativeBackend(Backend, Protocol):
 
         `tokens` may be empty (a plain preview) and `preview` may be empty (a plain commit). Causal
         row j uses `adjs.row(j)`, preview rows `adjs.last()`; temperature > 0 asks for the
-        distributions too (a graph could instead sample in place from one uniform per row).
+        distributions too (a graph could instead sample in place from one uniform per row);
+        `routing` is the preview rows' (None: `default_routing`).
         """
         ...
 

@@ -69,7 +69,7 @@ def _generation(clover: Clover, prompt: list[int], gen_tokens: int, mode: str) -
 
 def _moved(backend: Any, run: Callable[[], object]) -> dict[str, int] | None:
     """Bytes one call moves between host and model (the engine counts them; None elsewhere)."""
-    if not hasattr(backend, "bytes_read"):
+    if not backend.capabilities.counts_bytes:
         return None
     read, written = backend.bytes_read, backend.bytes_written
     run()
@@ -93,8 +93,11 @@ def run_bench(
         policy.check_length(n, clover.decoding_settings(n, gen_tokens))
     backend, prompt = clover.backend, bench_prompt(clover, prompt_tokens[0])
     previews = clover.mode != "ar"  # AR mode: also what `--ar-only` files run
+    caps = backend.capabilities
     verifies = (
-        previews and getattr(backend, "n_rs_seq", clover.defaults.block_size) >= clover.defaults.block_size
+        previews
+        and caps.speculative
+        and (caps.max_verify_rows is None or caps.max_verify_rows >= clover.defaults.block_size)
     )
     s = clover.decoding_settings(len(prompt), gen_tokens)
     adj = policy.adjustment(s, backend.vocab_size, prompt, [])

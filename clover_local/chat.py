@@ -1,6 +1,8 @@
 """`clover chat`: a multi-turn conversation in the terminal, streamed as blocks resolve.
 
-Reasoning is shown dimmed; `/think on|off` switches the template's thinking mode. Ctrl-C stops
+Reasoning is shown dimmed; `/think on|off` switches the template's thinking mode. Each turn runs
+only what the model does not hold yet (`prompt_cache`); when the history outgrows the context, the
+oldest turns are dropped (the system prompt stays) with a one-line notice. Ctrl-C stops
 the answer being written (the turn is dropped, the conversation stays as it was), Ctrl-D at the
 prompt exits. A line ending in `\\` continues on the next one; `\"\"\"` opens and closes a block of
 lines. `/save` and `/load` keep conversations as JSON: `{"thinking": bool, "messages": [...]}`.
@@ -9,6 +11,7 @@ lines. `/save` and `/load` keep conversations as JSON: `{"thinking": bool, "mess
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,11 +19,17 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from . import limits
 from .api import Clover
+from .model.decoding_parameters import PARAMETERS
+from .policy import RequestTooLong
 from .visual import BlockView
 
 try:
-    import readline  # noqa: F401  (line editing and history for input())
+    import readline  # line editing and history for input()
+
+    # a pasted block arrives as one message, newlines included, whatever the user's inputrc says
+    readline.parse_and_bind("set enable-bracketed-paste on")
 except ImportError:  # not on every platform
     pass
 
@@ -28,30 +37,22 @@ PROMPT, MORE = ">>> ", "... "
 FENCE = '"""'
 HELP = """\
 /help               this help
-/think on|off       thinking mode (reasoning shown dimmed)
+/think [on|off]     thinking mode (reasoning shown dimmed); alone: switch it
 /system TEXT        set the system prompt (and start over)
 /reset              forget the conversation (keeps the system prompt)
 /set NAME VALUE     a decoding option: max_tokens, threshold, block_size, temperature, ...
-/save FILE          save the conversation as JSON
+/save [FILE]        save the conversation as JSON (default: clover-chat-DATE.json)
 /load FILE          load a conversation saved with /save
 /exit               quit (or Ctrl-D)
 End a line with \\ to continue it; \"\"\" opens and closes a block of lines.
 Ctrl-C stops an answer."""
 
+# `/set NAME VALUE`: the decoding parameters a request may change (their table), and the sampling
 SETTABLE: dict[str, type] = {
-    "max_tokens": int,
-    "block_size": int,
-    "threshold": float,
+    **{p.request: p.type for p in PARAMETERS if p.request is not None},
     "temperature": float,
     "seed": int,
     "coreset_top_p": float,
-    "presence_penalty": float,
-    "frequency_penalty": float,
-    "repeat_penalty": float,
-    "stop_ramp_start": float,
-    "stop_ramp_max": float,
-    "think_ramp_start": float,
-    "think_ramp_max": float,
 }
 
 
@@ -141,9 +142,9 @@ class ChatSession:
             return False
         if name == "/help":
             self.console.print(HELP, markup=False, highlight=False)
-        elif name == "/think" and arg in ("on", "off"):
-            self.thinking = arg == "on"
-            self.note(f"thinking {arg}")
+        elif name == "/think" and arg in ("on", "off", ""):
+            self.thinking = arg == "on" if arg else not self.thinking
+            self.note(f"thinking {'on' if self.thinking else 'off'}")
         elif name == "/system" and arg:
             self.system = arg
             self.reset()
@@ -153,11 +154,17 @@ class ChatSession:
             self.note("conversation reset")
         elif name == "/set":
             self.set_option(arg)
-        elif name in ("/save", "/load") and arg:
+        elif name == "/load" and not arg:
+            self.error("/load needs a file: /load FILE")
+        elif name in ("/save", "/load"):
+            arg = arg or time.strftime("clover-chat-%Y%m%d-%H%M%S.json")
             try:
                 (self.save if name == "/save" else self.load)(Path(arg).expanduser())
-            except (OSError, ValueError, KeyError) as e:
-                self.error(str(e))
+            except OSError as e:
+                self.error(f"{arg}: {e.strerror or e}")
+                return True
+            except (ValueError, KeyError) as e:
+                self.error(f"{arg}: not a saved conversation ({e})")
                 return True
             turns = sum(m["role"] == "user" for m in self.messages)
             self.note(f"{'saved' if name == '/save' else 'loaded'} {turns} turns: {arg}")
@@ -177,10 +184,15 @@ class ChatSession:
             self.error(f"/set knows {', '.join(SETTABLE)}")
             return
         try:
-            self.request[key] = SETTABLE[key](value)
+            number = SETTABLE[key](value)
+            limits.check(key, number)
+        except limits.OptionError as e:
+            self.error(f"/set {e}")
+            return
         except ValueError:
             self.error(f"/set {key}: {value!r} is not a number")
             return
+        self.request[key] = number
         self.note(f"{key} = {self.request[key]}")
 
     def note(self, text: str) -> None:
@@ -193,17 +205,32 @@ class ChatSession:
         """Stream the answer to `text`; on Ctrl-C drop the turn and keep the conversation as it was."""
         messages = [*self.messages, {"role": "user", "content": text}]
         view = BlockView(self.clover._text, self.clover.mask_token_id, self.console, self.thinking)
-        try:
-            stream = self.clover.create_chat_completion(
-                messages,
-                stream=True,
-                thinking=self.thinking,
-                on_event=view.update if self.visual else None,
-                **self.request,
-            )
-        except ValueError as e:  # too long for the context, bad option values: say so, keep going
-            self.error(str(e))
-            return
+        dropped = 0
+        while True:
+            try:
+                stream = self.clover.create_chat_completion(
+                    messages,
+                    stream=True,
+                    thinking=self.thinking,
+                    on_event=view.update if self.visual else None,
+                    **self.request,
+                )
+                break
+            except RequestTooLong as e:  # the history overflows: drop the oldest turn, keep the system
+                first = 1 if messages[0]["role"] == "system" else 0
+                turn_end = next(
+                    (i for i in range(first + 1, len(messages)) if messages[i]["role"] == "user"), None
+                )
+                if turn_end is None:  # the new message alone does not fit
+                    self.error(str(e))
+                    return
+                messages = [*messages[:first], *messages[turn_end:]]
+                dropped += 1
+            except ValueError as e:  # bad option values: say so, keep going
+                self.error(str(e))
+                return
+        if dropped:
+            self.note(f"(context full: dropped the {dropped} oldest turn{'s' if dropped > 1 else ''})")
         self._field = None
         try:
             if self.visual:

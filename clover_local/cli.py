@@ -23,21 +23,24 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from . import __version__, limits
 from .api import MODES, Clover
 from .bench import run_bench
 from .chat import ChatSession, drain
 from .llama.engine import EngineError
 from .model import location
 from .model.config import ConfigError
+from .model.decoding_parameters import PARAMETERS
 from .model.gguf_info import ModelFileError, read_info
 from .model.tokenizer import ChatTemplateError
 from .speculative import SpeculativeSettings
 from .visual import BlockView
 
+HELP = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
-    no_args_is_help=True,
+    context_settings=HELP,
     help="Run the Clover block-diffusion model locally (llama.cpp, quantized weights).",
 )
 out = Console()
@@ -45,9 +48,38 @@ err = Console(stderr=True)
 _state = {"debug": False}
 
 
-@app.callback()
-def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
-    _state["debug"] = debug
+def _version(show: bool) -> None:
+    if show:
+        from importlib.metadata import version
+
+        print(f"clover-local {__version__} (llama-cpp-python {version('llama_cpp_python')})")
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def main(
+    ctx: typer.Context,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks on errors (accepted anywhere on the line).")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    _state["debug"] = _state["debug"] or debug
+    if ctx.invoked_subcommand is None:  # bare `clover`: the help, as `git` does
+        print(ctx.get_help())
+
+
+def run() -> None:
+    """Console-script entry point (`clover`): `--debug` counts wherever it stands (before `--`)."""
+    args = sys.argv[1:]
+    end = args.index("--") if "--" in args else len(args)
+    if "--debug" in args[:end]:
+        _state["debug"] = True
+        args.remove("--debug")
+    app(args=args, prog_name="clover")
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -121,6 +153,7 @@ def verify(
     """
     from .conversion_check import check_conversion
 
+    check_options({"max_tokens": max_tokens, "n_gpu_layers": n_gpu_layers, "threads": threads})
     with user_errors():
         read_info(model)
         report = check_conversion(
@@ -230,22 +263,19 @@ MODEL_OPTIONS = [
     ),
 ]
 
+# bench runs every mode the file allows, side by side: no --mode
+BENCH_OPTIONS = [p for p in MODEL_OPTIONS if p.name != "mode"]
+
 # Decoding options: keyword arguments of `create_*_completion` (None: the model's default).
+# the decoding parameters' options come from their table; default: the model's (its GGUF keys)
 DECODING_OPTIONS = [
-    _option(
-        "max_tokens", int | None, None, "--max-tokens", "-n", help="Response budget (default: the model's)."
+    *(
+        _option(p.request, p.type | None, None, *p.cli_flags, help=f"{p.help} Default: the model's.")
+        for p in PARAMETERS
+        if p.request is not None
     ),
-    _option("block_size", int | None, None, help="Tokens per block (default: the model's)."),
-    _option("threshold", float | None, None, help="Fill threshold of a preview (default: the model's)."),
     _option("coreset", bool | None, None, "--coreset/--no-coreset", help="Block expert coreset in previews."),
     _option("coreset_top_p", float | None, None, help="Coreset router mass (default: the model's)."),
-    _option("presence_penalty", float | None, None, help="Presence penalty on response tokens."),
-    _option("frequency_penalty", float | None, None, help="Frequency penalty on response tokens."),
-    _option("repeat_penalty", float | None, None, help="Repetition penalty on response tokens (1: off)."),
-    _option("stop_ramp_start", float | None, None, help="Stop ramp start, as a fraction of the budget."),
-    _option("stop_ramp_max", float | None, None, help="Stop ramp logit bias at the budget."),
-    _option("think_ramp_start", float | None, None, help="</think> ramp start, as a fraction of the budget."),
-    _option("think_ramp_max", float | None, None, help="</think> ramp logit bias at the budget."),
     _option("stop", list[str] | None, None, "--stop", help="Stop string (repeatable)."),
     _option(
         "temperature", float | None, None, help="Sampling temperature (ar and speculative modes); 0: greedy."
@@ -274,6 +304,18 @@ def with_options(*groups: list[inspect.Parameter]) -> Callable[[Callable[..., No
         return run
 
     return wrap
+
+
+def check_options(*groups: dict[str, Any]) -> None:
+    """Every option's range (`limits`), before any work: one line naming the flag, exit code 2."""
+    try:
+        for group in groups:
+            limits.check_all(group, flags=True)
+            n = group.get("max_tokens")
+            if n is not None and n < 1:  # the API's "<= 0: the default" is not a flag value
+                raise limits.OptionError(f"--max-tokens must be an integer >= 1, got {n}")
+    except limits.OptionError as e:
+        fail(str(e), code=2)
 
 
 @contextmanager
@@ -331,6 +373,19 @@ def load_model(
     return clover
 
 
+def loaded_line(clover: Clover, loading: dict[str, Any]) -> str:
+    """One line on what runs: model, file type, context, backend, mode."""
+    if loading["backend"] is BackendName.reference:
+        backend = "numpy reference"
+    else:
+        from llama_cpp import llama_cpp as ll
+
+        gpu = ll.llama_supports_gpu_offload() and loading["n_gpu_layers"] != 0
+        backend = "llama.cpp " + ("GPU" if gpu else "CPU")
+    kind = f", {clover.file_type}" if clover.file_type else ""
+    return f"{Path(clover.model_path).name}{kind}, context {clover.n_ctx()}, {backend}, {clover.mode} mode"
+
+
 def _request(decoding: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in decoding.items() if v not in (None, [])}
 
@@ -352,8 +407,10 @@ def chat(
 ) -> None:
     """Talk to the model: multi-turn, streamed as blocks resolve; /help lists the commands."""
     loading, decoding = options
-    with user_errors():
+    check_options(loading, decoding)
+    with user_errors(), err.status(f"loading {model}", spinner="dots"):
         clover = load_model(model, **loading)
+    err.print(loaded_line(clover, loading), style="dim", highlight=False)
     with clover, user_errors():
         ChatSession(clover, out, system=system, thinking=think, visual=visual, **_request(decoding)).run()
 
@@ -382,6 +439,7 @@ def generate(
     if (prompt is None) == (prompt_file is None):
         fail("give the prompt with either -p TEXT or -f FILE", code=2)
     loading, decoding = options
+    check_options(loading, decoding)
     with user_errors():
         text = prompt if prompt is not None else _read_prompt(prompt_file)
         clover = load_model(model, **loading)
@@ -456,6 +514,7 @@ def serve(
     except ImportError as e:
         fail(f"clover serve needs the server extra ({e.name} is missing): pip install 'clover-local[server]'")
     loading, decoding = options
+    check_options(loading, decoding)
     with user_errors():
         clover = load_model(model, **loading)
     if api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
@@ -470,7 +529,7 @@ def serve(
 
 
 @app.command()
-@with_options(MODEL_OPTIONS)
+@with_options(BENCH_OPTIONS)
 def bench(
     model: ModelArg,
     prompt_tokens: Annotated[
@@ -499,17 +558,24 @@ def bench(
     model, with the bytes each pass moves, then generate in every mode it runs (ar, diffusion,
     speculative) side by side."""
     (loading,) = options
+    check_options(loading)
+    for flag, n in (
+        ("--gen-tokens", gen_tokens),
+        ("--repeats", repeats),
+        ("--prompt-tokens", min(prompt_tokens or [1])),
+    ):
+        if n < 1:
+            fail(f"{flag} must be an integer >= 1, got {n}", code=2)
     with user_errors():
         path = location.resolve(model, loading.pop("file"))
+        mode = ModeName.diffusion
         if loading["backend"] is BackendName.llama and path.is_file():
             # an --ar-only file: no previews to time; else the speculative snapshots, so every mode runs
             diffusion = read_info(path).has_diffusion_tensors
-            loading["mode"] = ModeName.speculative if diffusion else ModeName.ar
-        clover = load_model(str(path), None, **loading)
+            mode = ModeName.speculative if diffusion else ModeName.ar
+        clover = load_model(str(path), None, mode=mode, **loading)
     with clover, user_errors():
         lengths = prompt_tokens or [512]
-        if min(lengths) < 1:
-            raise typer.BadParameter("prompt lengths must be >= 1", param_hint="--prompt-tokens")
         res = run_bench(clover, lengths, gen_tokens, repeats, simulate)
     if as_json:
         print(json.dumps(res, indent=2))
@@ -554,4 +620,4 @@ def bench(
 
 
 if __name__ == "__main__":
-    app()
+    run()

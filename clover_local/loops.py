@@ -14,11 +14,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from . import policy
-from .backend import Backend
+from .backend import Backend, FusedBackend
 from .policy import DecodingSettings
 
 
@@ -98,7 +99,7 @@ def diffusion_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings)
     (`commit_and_preview`): the same passes and events, the pair's time in the `BlockEvent`.
     """
     prompt = list(prompt)
-    fused = getattr(backend, "commit_and_preview", None)
+    fused = cast(FusedBackend, backend).commit_and_preview if backend.capabilities.fused else None
     ahead: tuple[np.ndarray, np.ndarray] | None = None  # the first preview, run with the last commit
     policy.check_length(len(prompt), s)
     start = time.perf_counter()
@@ -118,7 +119,7 @@ def diffusion_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings)
             if ahead is None:
                 seen = policy.resolved_response(response, block, s.mask_token_id)
                 adj = policy.adjustment(s, backend.vocab_size, prompt, seen)
-                rows = backend.preview(block.tolist(), adj)
+                rows = backend.preview(block.tolist(), adj, s.routing)
             else:
                 rows, ahead = ahead, None
             cand, probs = aligned_candidates(anchor, *rows, s.logit_shift)
@@ -144,7 +145,7 @@ def diffusion_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings)
         adj = policy.adjustment(s, backend.vocab_size, prompt, response)
         if fused is not None and not stopped and len(response) < s.max_new_tokens:
             # the next block's first preview: all masks, so it counts exactly `response` (this adj)
-            anchor, ahead = fused(kept, adj, [s.mask_token_id] * s.block_size)
+            anchor, ahead = fused(kept, adj, [s.mask_token_id] * s.block_size, s.routing)
         else:
             anchor = backend.commit(kept, adj)
         passes_per_block.append(passes)

@@ -10,45 +10,37 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import LogitAdjustment, RowAdjustments
+from .backend import LogitAdjustment, Routing, RowAdjustments
 from .model.config import CONTEXT_LIMIT, GenerationDefaults
+from .model.decoding_parameters import PARAMETERS, DecodingParameters
 
 
 class RequestTooLong(ValueError):
     """A request cannot fit the model's context (prompt + room to finish the last block)."""
 
 
-@dataclass(frozen=True)
-class DecodingSettings:
-    """Everything the policy needs for one request; built from `GenerationDefaults` plus overrides."""
+@dataclass(frozen=True, kw_only=True)
+class DecodingSettings(DecodingParameters):
+    """Everything the policy needs for one request: the decoding parameters (`GenerationDefaults`
+    plus the request's overrides) and what the model and the request add."""
 
     mask_token_id: int
-    block_size: int = 32
-    threshold: float = 0.95
-    max_new_tokens: int = 2048
     stop_token_ids: tuple[int, ...] = ()
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    stop_ramp_start: float = 0.0
-    stop_ramp_max: float = 0.0
-    think_ramp_start: float = 0.0
-    think_ramp_max: float = 0.0
     think_start_id: int | None = None  # `<think>` / `</think>` ids; None: no think ramp
     think_end_id: int | None = None
-    logit_shift: int = 1  # [ours] the hidden state at i predicts token i + logit_shift (1 or 0)
     context_limit: int = CONTEXT_LIMIT
+    routing: Routing | None = None  # the previews' MoE routing; None: the model file's
 
     @classmethod
     def from_defaults(
         cls, gen: GenerationDefaults, mask_token_id: int, **overrides: object
     ) -> DecodingSettings:
         """Settings from a checkpoint's generation defaults; `overrides` win (None means keep)."""
-        kw: dict[str, object] = {f.name: getattr(gen, f.name) for f in fields(cls) if hasattr(gen, f.name)}
+        kw: dict[str, object] = {p.name: getattr(gen, p.name) for p in PARAMETERS}
         kw.update(mask_token_id=mask_token_id, stop_token_ids=gen.eos_token_ids)
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
@@ -67,8 +59,8 @@ def check_length(prompt_len: int, s: DecodingSettings) -> None:
         fits = max(0, (s.context_limit - prompt_len) // s.block_size * s.block_size)
         raise RequestTooLong(
             f"request too long: prompt {prompt_len} tokens + {room} for {s.max_new_tokens} new tokens "
-            f"in blocks of {s.block_size} = {prompt_len + room} > the model's limit of {s.context_limit}; "
-            f"shorten the prompt or lower max_new_tokens to {fits}"
+            f"in blocks of {s.block_size} = {prompt_len + room} > the context of {s.context_limit} tokens; "
+            f"shorten the prompt, lower max_tokens (-n) to {fits} or raise the context (-c / n_ctx)"
         )
 
 

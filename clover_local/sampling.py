@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .backend import Backend, LogitAdjustment
+from .backend import Backend, Capabilities, LogitAdjustment, Routing
 
 
 def gumbel(adj: LogitAdjustment, temperature: float, rng: np.random.Generator) -> LogitAdjustment:
@@ -28,6 +28,8 @@ class GumbelBackend:
     def __init__(self, backend: Backend, temperature: float, rng: np.random.Generator):
         self.backend, self.temperature, self.rng = backend, temperature, rng
         self.vocab_size = backend.vocab_size
+        self.capabilities = Capabilities()  # the three passes only
+        self.default_routing = backend.default_routing
 
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         return self.backend.prefill(tokens, gumbel(adj, self.temperature, self.rng))
@@ -35,5 +37,7 @@ class GumbelBackend:
     def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         return self.backend.commit(tokens, gumbel(adj, self.temperature, self.rng))
 
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
+    def preview(
+        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("sampled previews are not supported: one noise vector would serve every row")

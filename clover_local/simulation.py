@@ -13,12 +13,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from . import loops, speculative
-from .backend import Backend, LogitAdjustment, RowAdjustments, SpeculativeBackend, Verification
+from .backend import (
+    Backend,
+    Capabilities,
+    FusedBackend,
+    LogitAdjustment,
+    Routing,
+    RowAdjustments,
+    SpeculativeBackend,
+    Verification,
+)
 from .policy import DecodingSettings
 from .speculative import SpeculativeSettings
 
@@ -38,8 +47,8 @@ class FixedFill:
             raise ValueError("a fill simulation needs k >= 1 and a threshold in (0, 1]")
         self.inner, self.k, self.s = inner, k, s
         self.vocab_size = inner.vocab_size
-        if hasattr(inner, "commit_and_preview"):
-            self.commit_and_preview = self._commit_and_preview
+        self.capabilities = Capabilities(fused=inner.capabilities.fused)
+        self.default_routing = inner.default_routing
 
     def _sure(self, block: Sequence[int], tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         masked = [i for i, t in enumerate(block) if t == self.s.mask_token_id][: self.k]
@@ -55,13 +64,19 @@ class FixedFill:
     def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         return self.inner.commit(tokens, adj)[0], 1.0
 
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
-        return self._sure(block, self.inner.preview(block, adj)[0])
+    def preview(
+        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self._sure(block, self.inner.preview(block, adj, routing)[0])
 
-    def _commit_and_preview(
-        self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
+    def commit_and_preview(
+        self,
+        tokens: Sequence[int],
+        adj: LogitAdjustment,
+        block: Sequence[int],
+        routing: Routing | None = None,
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
-        anchor, (picks, _) = self.inner.commit_and_preview(tokens, adj, block)  # type: ignore[attr-defined]
+        anchor, (picks, _) = cast(FusedBackend, self.inner).commit_and_preview(tokens, adj, block, routing)
         return (anchor[0], 1.0), self._sure(block, picks)
 
 
@@ -78,12 +93,16 @@ class FixedAccept:
             raise ValueError("a must be >= 0")
         self.inner, self.a = inner, a
         self.vocab_size = inner.vocab_size
+        self.capabilities = Capabilities(speculative=True, max_verify_rows=inner.capabilities.max_verify_rows)
+        self.default_routing = inner.default_routing
 
     def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         return self.inner.prefill(tokens, adj)
 
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
-        return self.inner.preview(block, adj)
+    def preview(
+        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self.inner.preview(block, adj, routing)
 
     def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         return self.inner.commit(tokens, adj)
@@ -92,11 +111,16 @@ class FixedAccept:
         self.inner.rollback(n_keep)
 
     def verify_and_draft(
-        self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
+        self,
+        tokens: Sequence[int],
+        adjs: RowAdjustments,
+        preview: Sequence[int],
+        temperature: float = 0.0,
+        routing: Routing | None = None,
     ) -> Verification:
         if temperature > 0:
             raise ValueError("the acceptance simulation is greedy only")
-        v = self.inner.verify_and_draft(tokens, adjs, preview, temperature)
+        v = self.inner.verify_and_draft(tokens, adjs, preview, temperature, routing)
         drafted = list(tokens[1:])
         picks = np.array(v.tokens, copy=True)
         n = min(self.a, len(drafted))

@@ -263,7 +263,7 @@ def speculative_loop(
         backend.rollback(0)
     drafting = s.max_new_tokens > 1 and preview_fits(len(prompt))
     v = backend.verify_and_draft(
-        prompt[-1:], RowAdjustments.constant(adj, 1), masks() if drafting else [], temp
+        prompt[-1:], RowAdjustments.constant(adj, 1), masks() if drafting else [], temp, s.routing
     )
     pending = int(v.tokens[0]) if v.dist is None else _sample(rng, v.dist[0])
     draft = _propose(v, lengths.length, spec.draft_threshold, rng)
@@ -279,9 +279,8 @@ def speculative_loop(
         for _ in range(spec.refinements if draft.tokens else 0):
             block = [pending, *draft.tokens, *masks()][: s.block_size]
             seen = policy.resolved_response(response, block, s.mask_token_id)
-            r = backend.verify_and_draft(
-                [], RowAdjustments.constant(policy.adjustment(s, vocab, prompt, seen), 0), block, temp
-            )
+            base = policy.adjustment(s, vocab, prompt, seen)
+            r = backend.verify_and_draft([], RowAdjustments.constant(base, 0), block, temp, s.routing)
             draft = _propose(r, len(draft.tokens), spec.draft_threshold, rng)
             passes += 1
         draft = draft.cut(next((i + 1 for i, t in enumerate(draft.tokens) if t in stops), len(draft.tokens)))
@@ -290,7 +289,7 @@ def speculative_loop(
         wanted = not ends and preview_fits(position + len(rows))
         if draft.tokens or wanted or temp > 0:
             adjs = policy.row_adjustments(s, vocab, prompt, response, rows)
-            v = backend.verify_and_draft(rows, adjs, masks() if wanted else [], temp)
+            v = backend.verify_and_draft(rows, adjs, masks() if wanted else [], temp, s.routing)
         else:  # nothing to verify or draft: the `ar` loop's own step (the commit path, no snapshots)
             v = _ar_step(backend, pending, policy.adjustment(s, vocab, prompt, [*response, pending]))
         a, bonus = _accept(v, draft, rng)

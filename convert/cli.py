@@ -30,7 +30,9 @@ from .mix import OUTTYPES
 from .pipeline import Options, Prepared, Result, convert, parse_size, prepare
 from .plan import PlannedTensor
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = typer.Typer(
+    add_completion=False, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]}
+)
 err = Console(stderr=True)
 
 
@@ -48,7 +50,6 @@ def convert_command(
         str,
         typer.Option(
             "--outtype",
-            "-t",
             help=f"Tensor type: {', '.join(OUTTYPES)}. Norms, biases, ssm_a, the router, conv and "
             "block-diffusion tensors always stay F32.",
         ),
@@ -74,7 +75,9 @@ def convert_command(
             help="Split into shards of at most this size (e.g. 500M, 50G): NAME-00001-of-0000N.gguf."
         ),
     ] = None,
-    threads: Annotated[int, typer.Option(min=0, help="Worker threads (0: all cores).")] = 0,
+    threads: Annotated[
+        int, typer.Option("--threads", "-t", min=0, help="Worker threads (0: all cores).")
+    ] = 0,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output file.")] = False,
     name: Annotated[
         str | None, typer.Option(help="general.name (default: the checkpoint directory name).")

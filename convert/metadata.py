@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gguf import GGML_QUANT_VERSION, GGUFWriter, size_label
+from gguf import GGML_QUANT_VERSION, GGUFValueType, GGUFWriter, size_label
 
 from clover_local.model import gguf_names as gn
 from clover_local.model.config import CONTEXT_LIMIT, CheckpointConfig
+from clover_local.model.decoding_parameters import PARAMETERS
 
 from .mix import OutType
 
@@ -28,49 +29,43 @@ class General:
 
 
 def add_model_keys(w: GGUFWriter, ck: CheckpointConfig) -> None:
+    """The trunk's keys, through gguf-py's adders (its `Keys` under the writer's arch, `clover-moe`)."""
     cfg = ck.model
     text = {**ck.raw, **ck.raw.get("text_config", {})}
-    w.add_uint32(gn.BLOCK_COUNT, cfg.num_hidden_layers)
-    w.add_uint32(gn.CONTEXT_LENGTH, min(cfg.max_position_embeddings, CONTEXT_LIMIT))
-    w.add_uint32(gn.EMBEDDING_LENGTH, cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(min(cfg.max_position_embeddings, CONTEXT_LIMIT))
+    w.add_embedding_length(cfg.hidden_size)
     if "intermediate_size" in text:  # written by upstream only when the config has it
-        w.add_uint32(gn.FEED_FORWARD_LENGTH, int(text["intermediate_size"]))
-    w.add_uint32(gn.HEAD_COUNT, cfg.num_attention_heads)
-    w.add_uint32(gn.HEAD_COUNT_KV, cfg.num_key_value_heads)
-    w.add_float32(gn.ROPE_FREQ_BASE, cfg.rope_theta)
-    w.add_array(gn.ROPE_DIMENSION_SECTIONS, (list(cfg.mrope_section) + [0, 0, 0, 0])[:4])
-    w.add_float32(gn.RMS_EPS, cfg.rms_norm_eps)
-    w.add_uint32(gn.EXPERT_COUNT, cfg.num_experts)
-    w.add_uint32(gn.EXPERT_USED_COUNT, cfg.num_experts_per_tok)
-    w.add_uint32(gn.KEY_LENGTH, cfg.head_dim)
-    w.add_uint32(gn.VALUE_LENGTH, cfg.head_dim)
-    w.add_uint32(gn.EXPERT_FEED_FORWARD_LENGTH, cfg.moe_intermediate_size)
-    w.add_uint32(gn.EXPERT_SHARED_FEED_FORWARD_LENGTH, cfg.shared_expert_intermediate_size)
-    w.add_uint32(gn.SSM_CONV_KERNEL, cfg.linear_conv_kernel_dim)
-    w.add_uint32(gn.SSM_STATE_SIZE, cfg.linear_key_head_dim)
-    w.add_uint32(gn.SSM_GROUP_COUNT, cfg.linear_num_key_heads)
-    w.add_uint32(gn.SSM_TIME_STEP_RANK, cfg.linear_num_value_heads)
-    w.add_uint32(gn.SSM_INNER_SIZE, cfg.value_dim)
+        w.add_feed_forward_length(int(text["intermediate_size"]))
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(cfg.rope_theta)
+    w.add_rope_dimension_sections((list(cfg.mrope_section) + [0, 0, 0, 0])[:4])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_expert_count(cfg.num_experts)
+    w.add_expert_used_count(cfg.num_experts_per_tok)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+    w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
+    w.add_ssm_conv_kernel(cfg.linear_conv_kernel_dim)
+    w.add_ssm_state_size(cfg.linear_key_head_dim)
+    w.add_ssm_group_count(cfg.linear_num_key_heads)
+    w.add_ssm_time_step_rank(cfg.linear_num_value_heads)
+    w.add_ssm_inner_size(cfg.value_dim)
     w.add_array(gn.RECURRENT_LAYERS, [not a for a in cfg.is_attention])
-    w.add_uint32(gn.FULL_ATTENTION_INTERVAL, cfg.full_attention_interval)
-    w.add_uint32(gn.ROPE_DIMENSION_COUNT, cfg.rotary_dim)
+    w.add_full_attention_interval(cfg.full_attention_interval)
+    w.add_rope_dimension_count(cfg.rotary_dim)
 
 
 def add_diffusion_keys(w: GGUFWriter, ck: CheckpointConfig) -> None:
+    """The decoding parameters (their table, under `clover-moe.diffusion.`), the preview routing
+    defaults and the stop tokens (`CheckpointConfig.from_dir` gives both configs one `block_size`)."""
     cfg, gen = ck.model, ck.generation
-    w.add_uint32(gn.DIFFUSION_BLOCK_SIZE, cfg.block_size)
-    w.add_float32(gn.DIFFUSION_THRESHOLD, gen.threshold)
-    w.add_int32(gn.DIFFUSION_LOGIT_SHIFT, gen.logit_shift)
+    for p in PARAMETERS:
+        w.add_key_value(p.gguf_key, getattr(gen, p.name), GGUFValueType[p.gguf_type])
     w.add_bool(gn.DIFFUSION_CORESET_ENABLED, cfg.coreset_enabled)
     w.add_float32(gn.DIFFUSION_CORESET_TOP_P, cfg.coreset_top_p)
-    w.add_uint32(gn.DIFFUSION_MAX_NEW_TOKENS, gen.max_new_tokens)
-    w.add_float32(gn.DIFFUSION_PRESENCE_PENALTY, gen.presence_penalty)
-    w.add_float32(gn.DIFFUSION_FREQUENCY_PENALTY, gen.frequency_penalty)
-    w.add_float32(gn.DIFFUSION_REPETITION_PENALTY, gen.repetition_penalty)
-    w.add_float32(gn.DIFFUSION_STOP_RAMP_START, gen.stop_ramp_start)
-    w.add_float32(gn.DIFFUSION_STOP_RAMP_MAX, gen.stop_ramp_max)
-    w.add_float32(gn.DIFFUSION_THINK_RAMP_START, gen.think_ramp_start)
-    w.add_float32(gn.DIFFUSION_THINK_RAMP_MAX, gen.think_ramp_max)
     if gen.eos_token_ids:
         w.add_array(gn.DIFFUSION_EOS_TOKEN_IDS, list(gen.eos_token_ids))
 

@@ -2,8 +2,8 @@
 
 Built and validated completely before anything is written, so a bad checkpoint fails before an
 output file exists, the GGUF header (which lists every tensor's type and offset) can be written
-first, and `--dry-run` is just the plan printed. The same name table drives the inverse
-(`gguf_weights`), so the two directions cannot drift apart.
+first, and `--dry-run` is just the plan printed. The tests read a converted file back through the
+same name table (`tests/gguf_weights.py`), so the two directions cannot drift apart.
 """
 
 from __future__ import annotations
@@ -14,9 +14,20 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from clover_local.model import gguf_names as gn
-from clover_local.model.checkpoint import CLOVER_GDN_EXTRAS, Checkpoint, expected_shapes, to_float
+from clover_local.model.checkpoint import Checkpoint, to_float
 from clover_local.model.config import CloverConfig
+from clover_local.model.tensors import (
+    DIFFUSION_SUFFIXES,
+    EXPERT_STACKS,
+    FIRST,
+    LAST,
+    TENSORS,
+    Tensor,
+    checkpoint_name,
+    expected_shapes,
+    gguf_name,
+    layer_rows,
+)
 
 from .encode import Piece
 from .errors import ConvertError
@@ -49,72 +60,22 @@ class ExpertSpec:
     role: Role
 
 
-def _layer_table(cfg: CloverConfig, layer: int, diffusion: bool) -> list[tuple[str, str, str, Role]]:
-    """(GGUF suffix, checkpoint suffix, transform, role) of one layer's non-expert tensors."""
-    rows: list[tuple[str, str, str, Role]] = [
-        (gn.ATTN_NORM, "input_layernorm.weight", "norm_plus_one", Role.F32),
-        (gn.POST_ATTENTION_NORM, "post_attention_layernorm.weight", "norm_plus_one", Role.F32),
-    ]
-    if cfg.is_attention[layer]:
-        rows += [
-            (gn.ATTN_Q, "self_attn.q_proj.weight", "identity", Role.PROJ),  # query|gate per head, as upstream
-            (gn.ATTN_K, "self_attn.k_proj.weight", "identity", Role.PROJ),
-            (gn.ATTN_V, "self_attn.v_proj.weight", "identity", Role.PROJ),
-            (gn.ATTN_OUTPUT, "self_attn.o_proj.weight", "identity", Role.PROJ),
-            (gn.ATTN_Q_NORM, "self_attn.q_norm.weight", "norm_plus_one", Role.F32),
-            (gn.ATTN_K_NORM, "self_attn.k_norm.weight", "norm_plus_one", Role.F32),
-        ]
-    else:
-        la = "linear_attn."
-        rows += [
-            (gn.ATTN_QKV, la + "in_proj_qkv.weight", "qkv_rows", Role.PROJ),
-            (gn.ATTN_GATE, la + "in_proj_z.weight", "channel_rows", Role.PROJ),
-            (gn.SSM_BETA, la + "in_proj_b.weight", "head_rows", Role.PROJ),
-            (gn.SSM_ALPHA, la + "in_proj_a.weight", "head_rows", Role.PROJ),
-            (gn.SSM_CONV1D, la + "conv1d.weight", "conv_squeeze", Role.F32),
-            (gn.SSM_DT_BIAS, la + "dt_bias", "head_rows", Role.F32),
-            (gn.SSM_A, la + "A_log", "a_log", Role.F32),
-            (gn.SSM_NORM, la + "norm.weight", "identity", Role.F32),
-            (gn.SSM_OUT, la + "out_proj.weight", "channel_cols", Role.PROJ),
-        ]
-        if diffusion:
-            rows += [
-                (gn.SSM_CONV1D_RIGHT, la + "conv_right_weight", "conv_right", Role.F32),
-                (gn.SSM_BD_SCALE, la + "bd_softmax_logit_scale", "head_rows", Role.F32),
-                (gn.SSM_BD_HIST_BIAS, la + "bd_softmax_history_bias", "head_rows", Role.F32),
-                (gn.SSM_BD_HIST_C, la + "bd_softmax_history_c", "head_rows", Role.F32),
-            ]
-    m = "mlp."
-    rows += [
-        (gn.FFN_GATE_INP, m + "gate.weight", "identity", Role.F32),
-        (gn.FFN_GATE_INP_SHEXP, m + "shared_expert_gate.weight", "identity", Role.F32),
-        (gn.FFN_GATE_SHEXP, m + "shared_expert.gate_proj.weight", "identity", Role.PROJ),
-        (gn.FFN_UP_SHEXP, m + "shared_expert.up_proj.weight", "identity", Role.PROJ),
-        (gn.FFN_DOWN_SHEXP, m + "shared_expert.down_proj.weight", "identity", Role.PROJ),
-    ]
-    return rows
-
-
 def tensor_specs(cfg: CloverConfig, diffusion: bool) -> list[TensorSpec | ExpertSpec]:
-    """Every GGUF tensor of a Clover model, in file order."""
-    specs: list[TensorSpec | ExpertSpec] = [
-        TensorSpec(gn.TOKEN_EMBD, "embed_tokens.weight", TRANSFORMS["identity"], Role.EMBED)
-    ]
+    """Every GGUF tensor of a Clover model, in file order (the rows of `model.tensors.TENSORS`)."""
+
+    def spec(t: Tensor, layer: int | None = None) -> TensorSpec:
+        return TensorSpec(
+            gguf_name(t, layer), checkpoint_name(t, layer), TRANSFORMS[t.transform], Role(t.role), layer
+        )
+
+    specs: list[TensorSpec | ExpertSpec] = [spec(t) for t in TENSORS if t.part == FIRST]
     for layer in range(cfg.num_hidden_layers):
-        for suffix, source, transform, role in _layer_table(cfg, layer, diffusion):
-            specs.append(
-                TensorSpec(
-                    gn.blk(layer, suffix), f"layers.{layer}.{source}", TRANSFORMS[transform], role, layer
-                )
-            )
-        specs += [
-            ExpertSpec(gn.blk(layer, gn.FFN_GATE_EXPS), layer, "gate", Role.EXPERTS),
-            ExpertSpec(gn.blk(layer, gn.FFN_UP_EXPS), layer, "up", Role.EXPERTS),
-            ExpertSpec(gn.blk(layer, gn.FFN_DOWN_EXPS), layer, "down", Role.EXPERTS_DOWN),
-        ]
-    specs.append(TensorSpec(gn.OUTPUT_NORM, "norm.weight", TRANSFORMS["norm_plus_one"], Role.F32))
-    if not cfg.tie_word_embeddings:
-        specs.append(TensorSpec(gn.OUTPUT, "lm_head.weight", TRANSFORMS["identity"], Role.OUTPUT))
+        specs += [spec(t, layer) for t in layer_rows(cfg, layer, diffusion)]
+        for part, name in EXPERT_STACKS.items():
+            role = Role.EXPERTS_DOWN if part == "down" else Role.EXPERTS
+            specs.append(ExpertSpec(name.format(bid=layer), layer, part, role))
+    tied = cfg.tie_word_embeddings
+    specs += [spec(t) for t in TENSORS if t.part == LAST and not (tied and t.checkpoint == "lm_head.weight")]
     return specs
 
 
@@ -259,7 +220,7 @@ def _quantized(qtype: GGMLQuantizationType) -> bool:
 
 
 def _is_diffusion(name: str) -> bool:
-    return name.rsplit(".", 1)[-1] in CLOVER_GDN_EXTRAS
+    return name.rsplit(".", 1)[-1] in DIFFUSION_SUFFIXES
 
 
 def _is_conv_right(name: str) -> bool:

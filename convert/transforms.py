@@ -1,11 +1,11 @@
-"""Every checkpoint -> GGUF tensor transform, each next to its inverse (docs/model.md section 1).
+"""Every checkpoint -> GGUF tensor transform (docs/model.md section 1).
 
 The forward direction mirrors upstream llama.cpp's `Qwen3_5MoeTextModel` conversion (value heads
 reordered from grouped-by-key-head to tiled order, `A_log -> -exp(A_log)`, zero-centred norms
-`+1`, conv weight squeezed) and applies the same value-head reorder to Clover's own tensors. The
-inverse direction serves a GGUF back under checkpoint names, so the numpy reference can run on a
-converted file. Permutations work on any dtype (BF16 bit patterns pass through untouched); only
-the value transforms (`a_log`, `norm_plus_one`) need floats, and their tensors are always F32.
+`+1`, conv weight squeezed) and applies the same value-head reorder to Clover's own tensors (the
+tests undo each one, `tests/gguf_weights.py`, to run the reference on a converted file).
+Permutations work on any dtype (BF16 bit patterns pass through untouched); only the value
+transforms (`a_log`, `norm_plus_one`) need floats, and their tensors are always F32.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ Fn = Callable[[np.ndarray, CloverConfig], np.ndarray]
 
 @dataclass(frozen=True)
 class Transform:
-    """A named checkpoint -> GGUF transform and its inverse.
+    """A named checkpoint -> GGUF transform.
 
     `row_local` transforms map any slice of rows to the same rows of the output, so a large tensor
     can be streamed in row chunks; the others need the whole tensor. `numeric` ones change values
@@ -32,7 +32,6 @@ class Transform:
 
     name: str
     forward: Fn
-    inverse: Fn
     row_local: bool
     numeric: bool = False
 
@@ -50,16 +49,11 @@ def reorder_v_heads(a: np.ndarray, axis: int, n_k: int, v_per_k: int, head_dim: 
     return np.ascontiguousarray(np.swapaxes(split, axis, axis + 1)).reshape(shape)
 
 
-def restore_v_heads(a: np.ndarray, axis: int, n_k: int, v_per_k: int, head_dim: int) -> np.ndarray:
-    """Tiled -> grouped value-head order: the inverse of `reorder_v_heads`."""
-    return reorder_v_heads(a, axis, v_per_k, n_k, head_dim)
-
-
-def _heads(cfg: CloverConfig) -> tuple[int, int]:
+def value_heads(cfg: CloverConfig) -> tuple[int, int]:
     return cfg.linear_num_key_heads, cfg.v_per_k
 
 
-# -- per-tensor transforms, forward then inverse ------------------------------------------------
+# -- per-tensor transforms ------------------------------------------------------------------
 def identity(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
     return a
 
@@ -69,59 +63,35 @@ def norm_plus_one(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
     return a.astype(np.float32) + np.float32(1)
 
 
-def norm_minus_one(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
-    return a.astype(np.float32) - np.float32(1)
-
-
 def a_log_to_ssm_a(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
     """`A_log` -> `ssm_a = -exp(A_log)`, value heads tiled."""
-    return reorder_v_heads(-np.exp(a.astype(np.float32)), 0, *_heads(cfg), 1)
-
-
-def ssm_a_to_a_log(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
-    return np.log(-restore_v_heads(a.astype(np.float32), 0, *_heads(cfg), 1))
+    return reorder_v_heads(-np.exp(a.astype(np.float32)), 0, *value_heads(cfg), 1)
 
 
 def head_rows(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
     """Rows (or entries) indexed by value head: `in_proj_a/b`, `dt_bias`, the `bd_softmax_*`."""
-    return reorder_v_heads(a, 0, *_heads(cfg), 1)
-
-
-def head_rows_back(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
-    return restore_v_heads(a, 0, *_heads(cfg), 1)
+    return reorder_v_heads(a, 0, *value_heads(cfg), 1)
 
 
 def channel_rows(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
     """Rows indexed by value channel (head x head_dim): `in_proj_z`."""
-    return reorder_v_heads(a, 0, *_heads(cfg), cfg.linear_value_head_dim)
-
-
-def channel_rows_back(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
-    return restore_v_heads(a, 0, *_heads(cfg), cfg.linear_value_head_dim)
+    return reorder_v_heads(a, 0, *value_heads(cfg), cfg.linear_value_head_dim)
 
 
 def channel_cols(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
     """Columns indexed by value channel: `out_proj` (row-local: each output row permuted alone)."""
-    return reorder_v_heads(a, 1, *_heads(cfg), cfg.linear_value_head_dim)
+    return reorder_v_heads(a, 1, *value_heads(cfg), cfg.linear_value_head_dim)
 
 
-def channel_cols_back(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
-    return restore_v_heads(a, 1, *_heads(cfg), cfg.linear_value_head_dim)
-
-
-def _qkv_apply(a: np.ndarray, cfg: CloverConfig, fn: Callable[..., np.ndarray]) -> np.ndarray:
+def qkv_apply(a: np.ndarray, cfg: CloverConfig, fn: Callable[..., np.ndarray]) -> np.ndarray:
     qk = 2 * cfg.key_dim
-    v = fn(a[qk:], 0, *_heads(cfg), cfg.linear_value_head_dim)
+    v = fn(a[qk:], 0, *value_heads(cfg), cfg.linear_value_head_dim)
     return np.concatenate([a[:qk], v], axis=0)
 
 
 def qkv_rows(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
     """q|k|v rows or channels (`in_proj_qkv`, conv taps): only the v part is reordered."""
-    return _qkv_apply(a, cfg, reorder_v_heads)
-
-
-def qkv_rows_back(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
-    return _qkv_apply(a, cfg, restore_v_heads)
+    return qkv_apply(a, cfg, reorder_v_heads)
 
 
 def conv_squeeze(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
@@ -129,41 +99,29 @@ def conv_squeeze(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
     return qkv_rows(a.reshape(a.shape[0], a.shape[-1]), cfg)
 
 
-def conv_unsqueeze(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
-    return qkv_rows_back(a, cfg)[:, None, :]
-
-
 def conv_right(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
     """`conv_right_weight` [conv_dim, K-1] (or [conv_dim, 1, K-1]) -> [conv_dim, K-1], v tiled."""
     return qkv_rows(conv_right_taps(a, cfg.linear_conv_kernel_dim), cfg)
 
 
-def conv_right_back(a: np.ndarray, cfg: CloverConfig) -> np.ndarray:
-    return qkv_rows_back(a, cfg)
-
-
 TRANSFORMS: dict[str, Transform] = {
     t.name: t
     for t in (
-        Transform("identity", identity, identity, row_local=True),
-        Transform("norm_plus_one", norm_plus_one, norm_minus_one, row_local=True, numeric=True),
-        Transform("a_log", a_log_to_ssm_a, ssm_a_to_a_log, row_local=False, numeric=True),
-        Transform("head_rows", head_rows, head_rows_back, row_local=False),
-        Transform("channel_rows", channel_rows, channel_rows_back, row_local=False),
-        Transform("channel_cols", channel_cols, channel_cols_back, row_local=True),
-        Transform("qkv_rows", qkv_rows, qkv_rows_back, row_local=False),
-        Transform("conv_squeeze", conv_squeeze, conv_unsqueeze, row_local=False),
-        Transform("conv_right", conv_right, conv_right_back, row_local=False),
+        Transform("identity", identity, row_local=True),
+        Transform("norm_plus_one", norm_plus_one, row_local=True, numeric=True),
+        Transform("a_log", a_log_to_ssm_a, row_local=False, numeric=True),
+        Transform("head_rows", head_rows, row_local=False),
+        Transform("channel_rows", channel_rows, row_local=False),
+        Transform("channel_cols", channel_cols, row_local=True),
+        Transform("qkv_rows", qkv_rows, row_local=False),
+        Transform("conv_squeeze", conv_squeeze, row_local=False),
+        Transform("conv_right", conv_right, row_local=False),
     )
 }
 
 
-# -- routed experts: one fused [E, 2I, H] checkpoint tensor <-> GGUF gate and up stacks ---------
+# -- routed experts: one fused [E, 2I, H] checkpoint tensor -> GGUF gate and up stacks ----------
 def gate_up_split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Fused `gate_up_proj` rows (one expert [2I, H] or all [E, 2I, H]) -> (gate, up) views."""
     inter = a.shape[-2] // 2
     return a[..., :inter, :], a[..., inter:, :]
-
-
-def gate_up_join(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-    return np.concatenate([gate, up], axis=-2)

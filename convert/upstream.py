@@ -16,7 +16,8 @@ from pathlib import Path
 
 from clover_patches import source
 
-from clover_local.model.checkpoint import CLOVER_GDN_EXTRAS, INDEX_FILE, read_safetensors_header
+from clover_local.model.checkpoint import INDEX_FILE, read_safetensors_header
+from clover_local.model.tensors import DIFFUSION_SUFFIXES
 
 COPY_CHUNK = 1 << 28
 
@@ -38,7 +39,7 @@ def as_qwen35moe(src: Path, dst: Path) -> Path:
     (dst / "config.json").write_text(json.dumps(twin, indent=1))
     weight_map: dict[str, str] = {}
     for shard in sorted(src.glob("*.safetensors")):
-        kept = {k: e for k, e in read_safetensors_header(shard).items() if not k.endswith(CLOVER_GDN_EXTRAS)}
+        kept = {k: e for k, e in read_safetensors_header(shard).items() if not k.endswith(DIFFUSION_SUFFIXES)}
         weight_map |= dict.fromkeys(kept, shard.name)
         _copy_shard(shard, dst / shard.name, kept)
     (dst / INDEX_FILE).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))

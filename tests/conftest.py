@@ -44,3 +44,14 @@ def gguf_factory(checkpoint_factory, tmp_path_factory):
         return cache[preset, ar_only]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def llama_gguf(gguf_factory) -> Path:
+    """The tiny checkpoint's F32 GGUF, when the patched llama.cpp can run it (else the test skips)."""
+    from clover_local import llama as llama_runtime
+
+    missing = llama_runtime.unavailable()
+    if missing is not None:
+        pytest.skip(missing)
+    return gguf_factory("tiny")[1]

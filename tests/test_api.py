@@ -5,6 +5,7 @@ reference and, with the patched llama.cpp installed, the same checkpoint convert
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -28,8 +29,15 @@ from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
-# the think ramp forces `</think>` after a few tokens, so answers have reasoning and content
-RAMPS = {"think_ramp_start": 0.0, "think_ramp_max": 60.0, "presence_penalty": 0.4, "repeat_penalty": 1.2}
+# thinking on (the API's default is off); the think ramp forces `</think>` after a few tokens, so
+# answers have reasoning and content
+RAMPS = {
+    "thinking": True,
+    "think_ramp_start": 0.0,
+    "think_ramp_max": 60.0,
+    "presence_penalty": 0.4,
+    "repeat_penalty": 1.2,
+}
 
 
 def convert_f32(ckpt: Path, out: Path) -> Path:
@@ -177,8 +185,8 @@ def test_ar_mode_is_the_reference_ar_loop(ar_clover, tok, tiny_checkpoint):
 
 def test_speculative_mode_gives_the_ar_tokens(ar_clover, tiny_checkpoint):
     spec = Clover.from_checkpoint(tiny_checkpoint, mode="speculative")
-    got = spec.create_chat_completion(QUESTION, max_tokens=24)
-    want = ar_clover.create_chat_completion(QUESTION, max_tokens=24)
+    got = spec.create_chat_completion(QUESTION, max_tokens=24, thinking=True)
+    want = ar_clover.create_chat_completion(QUESTION, max_tokens=24, thinking=True)
     assert got["clover"]["tokens"] == want["clover"]["tokens"]
     assert got["choices"][0]["message"] == want["choices"][0]["message"]
     assert sum(got["clover"]["tokens_per_pass"]) == len(got["clover"]["tokens"])
@@ -336,9 +344,9 @@ class CountingBackend(NumpyBackend):
 
     passes = 0
 
-    def preview(self, block, adj):
+    def preview(self, block, adj, routing=None):
         self.passes += 1
-        return super().preview(block, adj)
+        return super().preview(block, adj, routing)
 
     def commit(self, tokens, adj):
         self.passes += 1
@@ -349,14 +357,13 @@ def test_over_long_requests_are_rejected_up_front_with_the_numbers(tiny_checkpoi
     ck = CheckpointConfig.from_dir(tiny_checkpoint)
     backend = CountingBackend(ReferenceModel.from_checkpoint(tiny_checkpoint))
     small = Clover.from_backend(backend, tok, ck.generation, ck.model.mask_token_id, "tiny", n_ctx=128)
-    n_prompt = len(tok.encode_chat(QUESTION))
+    n_prompt = len(tok.encode_chat(QUESTION, enable_thinking=False))
     with pytest.raises(RequestTooLong) as e:
         small.create_chat_completion(QUESTION, max_tokens=200, stream=True)  # raised at the call
     assert f"prompt {n_prompt} tokens + 224 for 200 new tokens" in str(e.value)
-    assert "limit of 128" in str(e.value) and f"max_new_tokens to {(128 - n_prompt) // 32 * 32}" in str(
-        e.value
-    )
-    with pytest.raises(RequestTooLong, match="limit of 128"):
+    assert "the context of 128 tokens" in str(e.value)
+    assert f"max_tokens (-n) to {(128 - n_prompt) // 32 * 32}" in str(e.value)
+    with pytest.raises(RequestTooLong, match="the context of 128 tokens"):
         small.create_completion("word " * 200)
     assert backend.passes == 0
     res = small.create_chat_completion(QUESTION)  # no max_tokens: the default budget, cut to fit
@@ -399,17 +406,60 @@ def test_events_reach_the_callback_in_decode_order(clover):
 # -- sampling, coreset --------------------------------------------------------------------------
 
 
-def test_sampling_exists_in_ar_mode_only(clover, ar_clover):
-    with pytest.raises(ValueError, match="temperature > 0 needs mode"):
-        clover.create_completion("Hello", max_tokens=8, temperature=0.7)
-    with pytest.raises(ValueError, match="top_k / top_p"):
-        ar_clover.create_completion("Hello", max_tokens=8, temperature=0.7, top_k=40)
+def test_sampling_is_seeded_in_ar_mode_and_greedy_in_diffusion_mode(clover, ar_clover):
+    greedy = clover.create_completion("Hello", max_tokens=8)
+    warm = clover.create_completion("Hello", max_tokens=8, temperature=0.7, top_p=0.95, top_k=40)
+    assert warm["clover"]["tokens"] == greedy["clover"]["tokens"]  # llama-cpp-python's defaults pass
+    assert warm["clover"]["sampling"] == "greedy (diffusion mode decodes greedily)"
     runs = [
         ar_clover.create_completion("Hello", max_tokens=8, temperature=5.0, seed=s)["clover"]["tokens"]
         for s in (1, 1, 2)
     ]
     greedy = ar_clover.create_completion("Hello", max_tokens=8)["clover"]["tokens"]
     assert runs[0] == runs[1] and (runs[0] != runs[2] or runs[0] != greedy)
+    cut = ar_clover.create_completion("Hello", max_tokens=8, temperature=5.0, top_k=40, seed=1)
+    assert cut["clover"]["sampling"] == "temperature 5.0 (top_k/top_p/min_p not applied)"
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        ({"temperature": float("nan")}, "temperature must be a number >= 0, got nan"),
+        ({"top_p": 1.5}, "top_p must be a number from 0 to 1, got 1.5"),
+        ({"threshold": 2.0}, "threshold must be a number from 0 to 1, got 2.0"),
+        ({"block_size": 0}, "block_size must be an integer from 1 to 256, got 0"),
+        ({"repeat_penalty": 0.0}, "repeat_penalty must be a number > 0, got 0.0"),
+        ({"coreset_top_p": -1.0}, "coreset_top_p must be a number > 0 and <= 1, got -1.0"),
+        ({"logprobs": 5}, "logprobs are not available"),
+        ({"response_format": {"type": "json_object"}}, "response_format 'json_object' needs grammar"),
+    ],
+)
+def test_request_arguments_out_of_range_are_one_value_error(clover, kw, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        clover.create_completion("Hello", max_tokens=8, **kw)
+
+
+def test_llama_cpp_python_arguments_are_accepted(clover, tiny_gguf):
+    model = Clover(tiny_gguf, n_ctx=512, seed=1337, n_batch=512, chat_format="chatml", use_mmap=True)
+    assert model.n_ctx() == 512
+    res = model.create_chat_completion(
+        QUESTION,
+        max_tokens=8,
+        temperature=0.2,
+        top_p=0.95,
+        top_k=40,
+        min_p=0.05,
+        seed=3,
+        typical_p=1.0,
+        response_format={"type": "text"},
+        logprobs=False,
+        stop=[],
+    )
+    assert res["choices"][0]["message"]["content"] is not None
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n_ctxx'"):
+        Clover(tiny_gguf, n_ctxx=512)
+    with pytest.raises(TypeError, match=r"create_completion\(\) got an unexpected keyword argument 'bogus'"):
+        clover.create_completion("Hello", bogus=1)
 
 
 def test_coreset_switch_per_request_equals_a_model_loaded_without_it(clover, tiny_checkpoint):

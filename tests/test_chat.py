@@ -137,6 +137,34 @@ def test_two_turns_thinking_multiline_save_and_load(api, model_args, tmp_path):
     assert child.exitstatus == 0
 
 
+def test_a_pasted_block_is_one_message_and_command_edges_are_one_line(api, model_args, tmp_path):
+    child = spawn(model_args, "-n", "8", "--no-think")
+    child.send("\x1b[200~Line one.\nLine two.\x1b[201~\r")  # a terminal's bracketed paste
+    child.expect(STATS)
+    tokens = int(child.match.group(1))
+    child.expect_exact(PROMPT)
+    want = expected(api, [{"role": "user", "content": "Line one.\nLine two."}], False, 8)
+    assert tokens == want["usage"]["completion_tokens"]
+    for command, reply in [
+        ("/think", "thinking on"),
+        ("/load nope.json", "nope.json: No such file or directory"),
+        ("/load", "/load needs a file"),
+        ("/set temperature nan", "/set temperature must be a number >= 0, got nan"),
+        ("/set block_size 0", "/set block_size must be an integer from 1 to 256, got 0"),
+    ]:
+        child.sendline(command)
+        child.expect_exact(reply)  # after a red "error:" for the last four
+        child.expect_exact(PROMPT)
+    saved = tmp_path / "conversation.json"
+    child.sendline(f"/save {saved}")
+    child.expect_exact("saved 1 turns")
+    child.expect_exact(PROMPT)
+    user = [m for m in json.loads(saved.read_text())["messages"] if m["role"] == "user"]
+    assert user == [{"role": "user", "content": "Line one.\nLine two."}]
+    child.sendeof()
+    child.expect(pexpect.EOF)
+
+
 def test_ctrl_c_stops_the_answer_and_the_next_question_is_answered(api, model_args):
     child = spawn(model_args)
     child.sendline("/set max_tokens 4000")
@@ -174,3 +202,21 @@ def test_visual_mode_ends_with_the_answer(api, model_args):
     assert "░" in shown  # masks were drawn while the block was denoised
     child.sendeof()
     child.expect(pexpect.EOF)
+
+
+def test_a_history_over_the_context_drops_the_oldest_turns_and_keeps_the_system_prompt(tiny_checkpoint):
+    import io
+
+    from rich.console import Console
+
+    from clover_local.chat import ChatSession
+
+    console = Console(file=io.StringIO(), width=200)
+    small = Clover.from_checkpoint(tiny_checkpoint, n_ctx=256)
+    chat = ChatSession(small, console, system="Be brief.", thinking=False, max_tokens=16)
+    for _ in range(5):
+        chat.ask("Tell me about clover fields and bees. " * 2)
+    shown = console.file.getvalue()
+    assert "(context full: dropped the" in shown and "error" not in shown
+    assert chat.messages[0] == {"role": "system", "content": "Be brief."}
+    assert sum(m["role"] == "user" for m in chat.messages) < 5

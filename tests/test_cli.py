@@ -184,7 +184,7 @@ def test_requests_that_cannot_fit_are_refused_with_the_numbers(tiny_checkpoint):
     )
     line = one_error_line(res)
     assert f"request too long: prompt {n} tokens + 64 for 64 new tokens in blocks of 32 = {n + 64}" in line
-    assert "the model's limit of 256" in line
+    assert "the context of 256 tokens" in line
     res = clover("generate", str(tiny_checkpoint), "--backend", "reference", "-p", "hi", "--n-ctx", "200000")
     assert "n_ctx 200000 exceeds the model's limit of 131072 tokens" in one_error_line(res)
 
@@ -277,3 +277,45 @@ def test_bench_refuses_a_prompt_length_beyond_the_context(tiny_checkpoint):
     res = clover("bench", str(tiny_checkpoint), "--backend", "reference", "--prompt-tokens", "200000")
     assert res.returncode == 1 and "request too long: prompt 200000 tokens" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not res.stdout
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["-t", "100000"], "--threads must be an integer from 1 to 512, got 100000"),
+        (["--repeat-penalty", "0"], "--repeat-penalty must be a number > 0, got 0.0"),
+        (["--threshold", "nan"], "--threshold must be a number from 0 to 1, got nan"),
+        (["--threshold", "2"], "--threshold must be a number from 0 to 1, got 2.0"),
+        (["--temperature", "nan"], "--temperature must be a number >= 0, got nan"),
+        (["--coreset-top-p", "-1"], "--coreset-top-p must be a number > 0 and <= 1, got -1.0"),
+        (["-c", "-1"], "--n-ctx must be an integer >= 0, got -1"),
+        (["-n", "0"], "--max-tokens must be an integer >= 1, got 0"),
+        (["-n", "-5"], "--max-tokens must be an integer >= 1, got -5"),
+        (["--block-size", "1000"], "--block-size must be an integer from 1 to 256, got 1000"),
+        (["-ngl", "-2"], "--n-gpu-layers must be an integer >= -1, got -2"),
+    ],
+)
+def test_out_of_range_options_are_one_usage_line_before_any_work(tiny_checkpoint, args, message):
+    for command in (["generate", "-p", "hi"], ["chat"]):
+        res = clover(command[0], str(tiny_checkpoint), "--backend", "reference", *command[1:], *args)
+        assert one_error_line(res, code=2) == f"error: {message}"
+
+
+def test_version_help_and_debug_anywhere(tmp_path):
+    version = clover("--version")
+    assert version.returncode == 0 and version.stdout.startswith("clover-local ")
+    assert "llama-cpp-python" in version.stdout
+    bare = clover()
+    assert bare.returncode == 0 and "Commands:" in bare.stdout
+    for args in (["-h"], ["chat", "-h"], ["info", "-h"]):
+        res = clover(*args)
+        assert res.returncode == 0 and res.stdout.startswith("Usage: clover")
+    missing = str(tmp_path / "none.gguf")
+    assert one_error_line(clover("info", missing)) == f"error: {missing}: file not found"
+    for args in (["--debug", "info", missing], ["info", missing, "--debug"]):
+        res = clover(*args)
+        assert res.returncode == 1 and "ModelFileError" in res.stderr  # the traceback, not one line
+    convert = subprocess.run(
+        [Path(CLOVER).with_name("clover-convert"), "-h"], capture_output=True, text=True, timeout=60
+    )
+    assert convert.returncode == 0 and "-t, --threads" in convert.stdout and "--outtype" in convert.stdout

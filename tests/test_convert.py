@@ -14,14 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clover_convert.gguf_weights import GGUFWeights
 from clover_convert.pipeline import Options, convert, prepare
 from clover_convert.plan import ExpertSpec, tensor_specs
 from clover_convert.transforms import gate_up_split
 from gguf import GGMLQuantizationType, GGUFReader, TokenType
+from gguf_weights import GGUFWeights
 
 from clover_local.model import gguf_names as gn
 from clover_local.model.checkpoint import Checkpoint
+from clover_local.model.tensors import DIFFUSION_GGUF
 
 Q = GGMLQuantizationType
 QUANTIZED = ["q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_k_s", "q3_k_m"]
@@ -73,7 +74,7 @@ def test_bf16_holds_every_tensor_exactly(checkpoint_factory, tmp_path: Path, pre
         assert got.shape == want.shape, spec.gguf
         assert np.array_equal(got, want), spec.gguf  # BF16 source -> BF16/F32 is exact
     n_gdn = sum(not a for a in ckpt.model.is_attention)
-    for suffix in gn.DIFFUSION_TENSORS:
+    for suffix in DIFFUSION_GGUF:
         assert sum(n.endswith(suffix) for n in weights.tensors) == n_gdn
 
 
@@ -89,12 +90,12 @@ def test_f32_round_trip_and_value_head_order(tiny_checkpoint: Path, tiny_f32: Pa
     # design.md: GGUF value head p = j*n_k + k is checkpoint head k*(n_v/n_k) + j
     n_k, r = cfg.linear_num_key_heads, cfg.v_per_k
     scale = ckpt.get("layers.0.linear_attn.bd_softmax_logit_scale")
-    gguf = weights.dequantized(gn.blk(0, gn.SSM_BD_SCALE))
+    gguf = weights.dequantized("blk.0.ssm_bd_scale")
     for j in range(r):
         for k in range(n_k):
             assert gguf[j * n_k + k] == scale[k * r + j]
     a_log = ckpt.get("layers.0.linear_attn.A_log")
-    np.testing.assert_allclose(weights.dequantized(gn.blk(0, gn.SSM_A))[0 * n_k + 1], -np.exp(a_log[1 * r]))
+    np.testing.assert_allclose(weights.dequantized("blk.0.ssm_a")[0 * n_k + 1], -np.exp(a_log[1 * r]))
 
 
 @pytest.mark.parametrize("outtype", QUANTIZED)
@@ -103,11 +104,11 @@ def test_quantized_outtypes_within_bounds(tiny_checkpoint: Path, tmp_path: Path,
     path = make(tiny_checkpoint, tmp_path / "m.gguf", outtype)
     weights = GGUFWeights(path, ckpt.model)
     kept_f32 = (
-        gn.SSM_A,
-        gn.SSM_DT_BIAS,
-        gn.SSM_CONV1D,
-        gn.FFN_GATE_INP,
-        *gn.DIFFUSION_TENSORS,
+        "ssm_a",
+        "ssm_dt.bias",
+        "ssm_conv1d.weight",
+        "ffn_gate_inp.weight",
+        *DIFFUSION_GGUF,
         "norm.weight",
     )
     for spec in tensor_specs(ckpt.model, diffusion=True):
@@ -152,14 +153,14 @@ def test_metadata_and_vocab(checkpoint_factory, tmp_path: Path) -> None:
     reader = GGUFReader(make(ckpt.path, tmp_path / "m.gguf", "bf16"))
     assert field(reader, "general.architecture") == gn.ARCH == "clover-moe"
     assert field(reader, gn.BLOCK_COUNT) == cfg.num_hidden_layers
-    assert field(reader, gn.CONTEXT_LENGTH) == 131072
-    assert field(reader, gn.ROPE_DIMENSION_COUNT) == cfg.rotary_dim
-    assert field(reader, gn.ROPE_DIMENSION_SECTIONS) == [*cfg.mrope_section, 0]
+    assert field(reader, gn.key("context_length")) == 131072
+    assert field(reader, gn.key("rope.dimension_count")) == cfg.rotary_dim
+    assert field(reader, gn.key("rope.dimension_sections")) == [*cfg.mrope_section, 0]
     assert field(reader, gn.RECURRENT_LAYERS) == [not a for a in cfg.is_attention]
-    assert field(reader, gn.SSM_TIME_STEP_RANK) == cfg.linear_num_value_heads
-    assert field(reader, gn.DIFFUSION_BLOCK_SIZE) == 32
-    assert field(reader, gn.DIFFUSION_THRESHOLD) == pytest.approx(0.95)
-    assert field(reader, gn.DIFFUSION_LOGIT_SHIFT) == 1
+    assert field(reader, gn.key("ssm.time_step_rank")) == cfg.linear_num_value_heads
+    assert field(reader, gn.key("diffusion.block_size")) == 32
+    assert field(reader, gn.key("diffusion.threshold")) == pytest.approx(0.95)
+    assert field(reader, gn.key("diffusion.logit_shift")) == 1
     assert field(reader, gn.DIFFUSION_CORESET_TOP_P) == pytest.approx(0.9)
     assert field(reader, gn.DIFFUSION_EOS_TOKEN_IDS) == list(ckpt.config.generation.eos_token_ids)
     assert field(reader, "general.quantization_version") == 2
@@ -181,9 +182,9 @@ def test_ar_only(checkpoint_factory, tmp_path: Path) -> None:
     ckpt = Checkpoint(checkpoint_factory("tiny"))
     reader = GGUFReader(make(ckpt.path, tmp_path / "m.gguf", "bf16", ar_only=True))
     names = [t.name for t in reader.tensors]
-    assert not [n for n in names if n.endswith(gn.DIFFUSION_TENSORS)]
+    assert not [n for n in names if n.endswith(DIFFUSION_GGUF)]
     assert not [k for k in reader.fields if ".diffusion." in k]
-    assert gn.blk(0, gn.SSM_CONV1D) in names
+    assert "blk.0.ssm_conv1d.weight" in names
 
 
 def test_cli_writes_and_dry_run_writes_nothing(tiny_checkpoint: Path, tmp_path: Path) -> None:

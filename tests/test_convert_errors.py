@@ -139,7 +139,9 @@ def test_ar_only_checkpoint_needs_flag(checkpoint_factory, out_dir: Path) -> Non
 
 def test_bad_options(tiny_checkpoint: Path, tmp_path: Path, out_dir: Path) -> None:
     target = out_dir / "m.gguf"
-    assert_refused(run_cli(tiny_checkpoint, "-o", target, "-t", "q2_k"), "unknown --outtype q2_k", out_dir)
+    assert_refused(
+        run_cli(tiny_checkpoint, "-o", target, "--outtype", "q2_k"), "unknown --outtype q2_k", out_dir
+    )
     assert_refused(run_cli(tmp_path / "nowhere", "-o", target), "no such directory", out_dir)
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
@@ -149,7 +151,7 @@ def test_bad_options(tiny_checkpoint: Path, tmp_path: Path, out_dir: Path) -> No
         and f"cannot write {blocker / 'm.gguf'}: {blocker} is not a directory" in res.stderr
     )
     assert_refused(
-        run_cli(tiny_checkpoint, "-o", target, "--imatrix", tmp_path / "none.gguf", "-t", "q4_k_m"),
+        run_cli(tiny_checkpoint, "-o", target, "--imatrix", tmp_path / "none.gguf", "--outtype", "q4_k_m"),
         "--imatrix",
         out_dir,
     )

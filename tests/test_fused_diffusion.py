@@ -11,7 +11,7 @@ import pytest
 from test_llama_engine import PROB_RTOL, engine
 from test_llama_speculative import assert_same_state
 
-from clover_local.backend import LogitAdjustment
+from clover_local.backend import Capabilities, LogitAdjustment
 from clover_local.llama import unavailable
 from clover_local.loops import BlockEvent, PassEvent, Result, diffusion_loop
 from clover_local.model.config import CheckpointConfig
@@ -28,7 +28,9 @@ POLICY = {"presence_penalty": 0.5, "repetition_penalty": 1.3, "stop_ramp_start":
 
 
 class Unfused:
-    """A backend without `commit_and_preview`: `generate` falls back to a commit and a preview."""
+    """A backend without `commit_and_preview`: the loop falls back to a commit and a preview."""
+
+    capabilities = Capabilities()
 
     def __init__(self, backend):
         self.backend, self.vocab_size = backend, backend.vocab_size
@@ -36,8 +38,8 @@ class Unfused:
     def prefill(self, tokens, adj):
         return self.backend.prefill(tokens, adj)
 
-    def preview(self, block, adj):
-        return self.backend.preview(block, adj)
+    def preview(self, block, adj, routing=None):
+        return self.backend.preview(block, adj, routing)
 
     def commit(self, tokens, adj):
         return self.backend.commit(tokens, adj)
@@ -45,6 +47,8 @@ class Unfused:
 
 class Counting(Unfused):
     """Records each call by name (a fused call is one entry)."""
+
+    capabilities = Capabilities(fused=True)
 
     def __init__(self, backend):
         super().__init__(backend)
@@ -54,17 +58,17 @@ class Counting(Unfused):
         self.calls.append("prefill")
         return super().prefill(tokens, adj)
 
-    def preview(self, block, adj):
+    def preview(self, block, adj, routing=None):
         self.calls.append("preview")
-        return super().preview(block, adj)
+        return super().preview(block, adj, routing)
 
     def commit(self, tokens, adj):
         self.calls.append("commit")
         return super().commit(tokens, adj)
 
-    def commit_and_preview(self, tokens, adj, block):
+    def commit_and_preview(self, tokens, adj, block, routing=None):
         self.calls.append("commit_and_preview")
-        return self.backend.commit_and_preview(tokens, adj, block)
+        return self.backend.commit_and_preview(tokens, adj, block, routing)
 
 
 def settings(ckpt: Path, block_size: int, max_new_tokens: int, **kw) -> DecodingSettings:

@@ -56,3 +56,14 @@ def test_hub_errors_become_the_callers_one_line_error(monkeypatch, run, error):
         monkeypatch.setattr(huggingface_hub, name, offline)
     with pytest.raises(error, match=r"^owner/name: download failed \(network unreachable\)$"):
         run()
+
+    class ConnectError(Exception):  # the HTTP client's own error type (httpx is not an OSError)
+        __module__ = "httpx"
+
+    def no_dns(*args, **kwargs):
+        raise ConnectError("[Errno -2] Name or service not known")
+
+    for name in ("list_repo_files", "snapshot_download"):
+        monkeypatch.setattr(huggingface_hub, name, no_dns)
+    with pytest.raises(error, match=r"^owner/name: download failed, network error \(\[Errno -2\] Name"):
+        run()

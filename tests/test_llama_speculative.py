@@ -53,7 +53,7 @@ class Prophet:
 
     def __init__(self, engine, truth: Sequence[int], wrong: set[int]):
         self.engine, self.truth, self.wrong = engine, list(truth), wrong
-        self.vocab_size = engine.vocab_size
+        self.vocab_size, self.capabilities = engine.vocab_size, engine.capabilities
 
     def prefill(self, tokens, adj):
         return self.engine.prefill(tokens, adj)
@@ -64,9 +64,9 @@ class Prophet:
     def rollback(self, n_keep: int) -> None:
         self.engine.rollback(n_keep)
 
-    def verify_and_draft(self, tokens, adjs, preview, temperature=0.0) -> Verification:
+    def verify_and_draft(self, tokens, adjs, preview, temperature=0.0, routing=None) -> Verification:
         first = self.engine.n_past + len(tokens) + 1  # the position preview row 0 predicts
-        v = self.engine.verify_and_draft(tokens, adjs, preview, temperature)
+        v = self.engine.verify_and_draft(tokens, adjs, preview, temperature, routing)
         draft = [self.truth[p] if p < len(self.truth) else 0 for p in range(first, first + len(preview))]
         draft = [(t + 1) % self.vocab_size if p in self.wrong else t for p, t in enumerate(draft, first)]
         return dataclasses.replace(
@@ -200,9 +200,11 @@ def test_rollback_leaves_the_state_of_committing_only_the_kept_rows(gguf, ar_eng
     mask = gguf[1]
     prompt, rows = PROMPTS["long"], [11, 42, 7, 300, 5, 99]
     ident = LogitAdjustment.identity(spec_engine.vocab_size)
+    spec_engine.reset()  # a fresh prefill (not the previous case's sequence, extended) in both
     spec_engine.prefill(prompt, ident)
     spec_engine.verify_and_draft(rows, RowAdjustments.constant(ident, len(rows)), [mask] * 8)
     spec_engine.rollback(len(prompt) + kept)
+    ar_engine.reset()
     ar_engine.prefill(prompt + rows[:kept], ident)
     assert spec_engine.n_past == ar_engine.n_past == len(prompt) + kept
     # a 1-row commit runs the autoregressive delta-rule kernel, the verification the chunked one
@@ -235,6 +237,10 @@ def test_out_of_range_rollbacks_and_verifications_are_refused(ar_engine, spec_en
         spec_engine.verify_and_draft(rows, RowAdjustments.constant(ident, len(rows)), [])
     with pytest.raises(EngineError, match="snapshots"):  # an engine without snapshots cannot verify
         ar_engine.verify_and_draft([1], RowAdjustments.constant(ident, 1), [])
+    # and says so: the capabilities the API and the benchmark read
+    assert not ar_engine.capabilities.speculative and ar_engine.capabilities.fused
+    caps = spec_engine.capabilities
+    assert caps.speculative and caps.max_verify_rows == spec_engine.n_rs_seq
 
 
 def test_clover_speculative_mode_on_a_gguf_equals_ar(gguf):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from clover_local.backend import LogitAdjustment, pick
+from clover_local.backend import Capabilities, LogitAdjustment, pick
 from clover_local.loops import BlockEvent, PassEvent, Result, aligned_candidates, complete, diffusion_loop
 from clover_local.model.config import CheckpointConfig
 from clover_local.policy import DecodingSettings, RequestTooLong
@@ -21,6 +21,7 @@ class ScriptedBackend:
     """Predicts a fixed response: the candidate for position p is `target[p]` with `confidence[p]`."""
 
     vocab_size = 100
+    capabilities = Capabilities()
 
     def __init__(self, prompt_len: int, target: Sequence[int], confidence: Sequence[float]):
         self.prompt_len, self.target, self.confidence = prompt_len, list(target), list(confidence)
@@ -36,7 +37,9 @@ class ScriptedBackend:
         self.n_past = len(tokens)
         return self._at(self.n_past)
 
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
+    def preview(
+        self, block: Sequence[int], adj: LogitAdjustment, routing=None
+    ) -> tuple[np.ndarray, np.ndarray]:
         self.calls.append(("preview", list(block)))
         rows = [self._at(self.n_past + i + 1) for i in range(len(block))]  # row i predicts position i + 1
         return np.array([t for t, _ in rows]), np.array([p for _, p in rows])

@@ -13,8 +13,9 @@ from clover_patches.source import read_member
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from clover_local.model.checkpoint import INDEX_FILE, Checkpoint, expected_shapes
+from clover_local.model.checkpoint import INDEX_FILE, Checkpoint
 from clover_local.model.config import CheckpointConfig, CloverConfig
+from clover_local.model.tensors import expected_shapes
 from clover_local.testing import make_checkpoint as mc
 from clover_local.testing.safetensors_writer import plan_shards
 from clover_local.testing.tokenizer_files import vocabulary

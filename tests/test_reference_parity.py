@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clover_local.model.checkpoint import Checkpoint, expected_shapes
+from clover_local.model.checkpoint import Checkpoint
+from clover_local.model.tensors import expected_shapes
 from clover_local.reference.model import ReferenceModel
 
 torch = pytest.importorskip("torch")

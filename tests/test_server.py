@@ -423,6 +423,20 @@ def test_serve_help_lists_the_shared_options() -> None:
         assert flag in out
 
 
+def test_follow_up_turn_reuses_the_conversation(server: Server) -> None:
+    """The next turn of a conversation runs only its new tokens: the `Clover` API keeps the
+    sequence between requests, and the server sends every request through the same one."""
+    client = server.client()
+    first = [{"role": "user", "content": "Tell me about clover. " * 20}]
+    a = client.chat.completions.create(model="tiny", messages=first, max_tokens=16)
+    follow = [*first, a.choices[0].message.model_dump(), {"role": "user", "content": "Why?"}]
+    b = client.chat.completions.create(model="tiny", messages=follow, max_tokens=16)
+    stats = b.model_extra["clover"]
+    assert stats["prompt_cache"] != "none"
+    # kept: the first turn's history (up to its generation prompt), not run again
+    assert 0.9 * a.usage.prompt_tokens < stats["prompt_kept_tokens"] < b.usage.prompt_tokens
+
+
 # -- the page --------------------------------------------------------------------------------------------
 
 CHROMIUM_FLAGS = (

@@ -74,9 +74,9 @@ def test_draftless_iterations_run_the_ar_step(backend, mask_id):
             calls["commit"] += 1
             return super().commit(tokens, adj)
 
-        def verify_and_draft(self, tokens, adjs, preview, temperature=0.0):
+        def verify_and_draft(self, tokens, adjs, preview, temperature=0.0, routing=None):
             calls["verify_and_draft"] += 1
-            return super().verify_and_draft(tokens, adjs, preview, temperature)
+            return super().verify_and_draft(tokens, adjs, preview, temperature, routing)
 
     s = DecodingSettings(mask_token_id=mask_id, block_size=8, max_new_tokens=120)
     result = loops.last_result(

@@ -210,9 +210,9 @@ def test_previews_stay_inside_the_context_and_rollback_stays_inside_the_last_pas
     s = settings(mask_id, 8, 16, context_limit=len(PROMPTS["long"]) + 16)  # the least `check_length` allows
 
     class Bounded(NumpyBackend):
-        def verify_and_draft(self, tokens, adjs, preview, temperature=0.0):
+        def verify_and_draft(self, tokens, adjs, preview, temperature=0.0, routing=None):
             assert self.state.n_past + len(tokens) + len(preview) <= s.context_limit
-            return super().verify_and_draft(tokens, adjs, preview, temperature)
+            return super().verify_and_draft(tokens, adjs, preview, temperature, routing)
 
     ar = last_result(ar_loop(NumpyBackend(model), prompt, s))
     backend = Bounded(model)
@@ -235,6 +235,7 @@ class Prophet:
     def __init__(self, model: ReferenceModel, truth: Sequence[int], wrong=(), unsure=()):
         self.model, self.cfg, self.truth = model, model.cfg, list(truth)
         self.wrong, self.unsure = set(wrong), set(unsure)
+        self.default_routing = model.default_routing
 
     def new_state(self) -> State:
         return self.model.new_state()
@@ -242,7 +243,7 @@ class Prophet:
     def commit(self, tokens: Sequence[int], state: State) -> np.ndarray:
         return self.model.commit(tokens, state)
 
-    def preview(self, block: Sequence[int], state: State) -> np.ndarray:
+    def preview(self, block: Sequence[int], state: State, routing=None) -> np.ndarray:
         logits = np.zeros((len(block), self.cfg.vocab_size))
         for i in range(len(block)):
             pos = state.n_past + i + 1
@@ -373,7 +374,7 @@ class Bigram:
         t, p = pick(self.causal[self.seq[-1:]], adj)
         return int(t[0]), float(p[0])
 
-    def verify_and_draft(self, tokens, adjs, preview, temperature=0.0) -> Verification:
+    def verify_and_draft(self, tokens, adjs, preview, temperature=0.0, routing=None) -> Verification:
         self.seq += list(tokens)
         causal = self.causal[list(tokens)]
         ahead = self.draft[self.seq[-1], : len(preview)]

@@ -37,7 +37,7 @@ def run(model: str, kind: str, prefix: int) -> dict:
     import numpy as np
     from llama_cpp import llama_cpp as ll
 
-    from clover_local.backend import LogitAdjustment, RowAdjustments
+    from clover_local.backend import LogitAdjustment, Routing, RowAdjustments
     from clover_local.llama.engine import LlamaEngine
 
     cudart = ctypes.CDLL("libcudart.so.13")
@@ -49,7 +49,8 @@ def run(model: str, kind: str, prefix: int) -> dict:
     toks = lambda n: [int(t) for t in rng.integers(0, min(V, 248000), size=n)]  # noqa: E731
     block = [mask if i % 2 else t for i, t in enumerate(toks(BLOCK))]
     eng.prefill(toks(prefix), adj)
-    eng.coreset, eng.coreset_size = kind == "preview-c8", 8 if kind == "preview-c8" else 0
+    eng.coreset_size = 8 if kind == "preview-c8" else 0
+    routing = Routing(kind == "preview-c8", eng.default_routing.top_p)  # the coreset only for preview-c8
     batch = ll.llama_batch_init(1, 0, 1)
     p0 = eng.n_past
 
@@ -62,14 +63,14 @@ def run(model: str, kind: str, prefix: int) -> dict:
     def fused() -> None:
         if eng.n_past > p0 and eng._pass_start is not None:
             eng.rollback(p0)
-        eng.verify_and_draft(toks(BLOCK), RowAdjustments.constant(adj, BLOCK), block)
+        eng.verify_and_draft(toks(BLOCK), RowAdjustments.constant(adj, BLOCK), block, routing=routing)
 
     one = {
         "ar": lambda: eng.commit(toks(1), adj),
         "raw-ar": raw_ar,
         "commit": lambda: eng.commit(toks(BLOCK), adj),
-        "preview": lambda: eng.preview(block, adj),
-        "preview-c8": lambda: eng.preview(block, adj),
+        "preview": lambda: eng.preview(block, adj, routing),
+        "preview-c8": lambda: eng.preview(block, adj, routing),
         "fused": fused,
     }[kind]
     for _ in range(20):  # warm-up, so that CUDA graphs are captured as in a timed run

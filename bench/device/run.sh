@@ -180,10 +180,10 @@ if want convert; then
     # share the cores with the build while it runs
     th=$JOBS; [ -n "$BUILD_PID" ] && kill -0 "$BUILD_PID" 2>/dev/null && th=${CONVERT_THREADS:-6}
     log "convert: $q, $th threads"
-    convert_cmd "$CK" -o "$G.tmp" -t "$q" --threads "$th" --force 2>&1 | tail -2 | tee -a "$OUT/run.log"
+    convert_cmd "$CK" -o "$G.tmp" --outtype "$q" --threads "$th" --force 2>&1 | tail -2 | tee -a "$OUT/run.log"
     if [ ! -f "$G.tmp" ] && [[ "$PYTHONPATH" == "$CARRY/ggml-base:"* ]]; then
       log "convert: the carried CPU libggml-base failed here; retrying with the built wheel's"
-      wait_build && convert_cmd "$CK" -o "$G.tmp" -t "$q" --threads "$JOBS" --force 2>&1 | tail -2 | tee -a "$OUT/run.log"
+      wait_build && convert_cmd "$CK" -o "$G.tmp" --outtype "$q" --threads "$JOBS" --force 2>&1 | tail -2 | tee -a "$OUT/run.log"
     fi
     [ -f "$G.tmp" ] && mv "$G.tmp" "$G" || note "convert-$q" "converter failed"
   done

@@ -245,7 +245,7 @@ def device_bandwidth() -> tuple[float, str]:
 
 def engine_passes(eng, args, rng, adj, mask: int) -> dict:
     """One set of pass timings at the engine's current settings (`moe_chunk`)."""
-    from clover_local.backend import RowAdjustments
+    from clover_local.backend import Routing, RowAdjustments
 
     V = eng.vocab_size
     toks = lambda n: [int(t) for t in rng.integers(0, min(V, 248000), size=n)]  # noqa: E731
@@ -261,21 +261,23 @@ def engine_passes(eng, args, rng, adj, mask: int) -> dict:
         return out
 
     eng.coreset_size = 0
-    for on in (False, True):
-        eng.coreset = on
-        st = timed(lambda: eng.preview(block(), adj), args.reps, args.warmup)
+    top_p = eng.default_routing.top_p
+    for routing in (Routing(False, top_p), Routing(True, top_p)):
+        on = routing.coreset
+        st = timed(lambda r=routing: eng.preview(block(), adj, r), args.reps, args.warmup)
         out["preview_coreset_ms" if on else "preview_ms"] = st["median"]
         out["preview_coreset" if on else "preview"] = st
-        mode = f"on, top_p {eng.coreset_top_p:.2f}" if on else "off"
+        mode = f"on, top_p {top_p:.2f}" if on else "off"
         log(f"  preview (coreset {mode}): {st['median']:.3f} ms")
 
-    eng.coreset = True
     sizes = {}
     for n in CORESET_SIZES:
         eng.coreset_size = n
-        sizes[str(n)] = timed(lambda: eng.preview(block(), adj), args.reps, args.warmup)["median"]
+        sizes[str(n)] = timed(
+            lambda: eng.preview(block(), adj, Routing(True, top_p)), args.reps, args.warmup
+        )["median"]
         log(f"  preview, coreset forced to {n} experts: {sizes[str(n)]:.3f} ms")
-    eng.coreset_size, eng.coreset = 0, False
+    eng.coreset_size = 0
     out["preview_ms_by_coreset"] = sizes
 
     # the fused pass (32 causal rows + the next block's preview), rolled back after each run
@@ -285,7 +287,14 @@ def engine_passes(eng, args, rng, adj, mask: int) -> dict:
         if eng.n_past > p0:
             eng.rollback(p0)
 
-    st = timed(lambda: eng.verify_and_draft(toks(BLOCK), rows, block()), args.reps, args.warmup, before=undo)
+    # without the coreset, as these runs have always measured it (it was left off on the engine)
+    no_coreset = Routing(False, top_p)
+    st = timed(
+        lambda: eng.verify_and_draft(toks(BLOCK), rows, block(), routing=no_coreset),
+        args.reps,
+        args.warmup,
+        before=undo,
+    )
     undo()
     out["fused_pass_ms"], out["fused_pass"] = st["median"], st
     log(f"  fused pass (32 causal rows + 32-row preview): {st['median']:.3f} ms")
@@ -298,7 +307,7 @@ def run_engine(path: str, args, rng, res: dict) -> None:
     skipped = res.setdefault("skipped", {})
     try:
         from clover_local import loops, simulation
-        from clover_local.backend import LogitAdjustment
+        from clover_local.backend import LogitAdjustment, Routing
         from clover_local.llama import capi
         from clover_local.llama.engine import LlamaEngine
         from clover_local.policy import DecodingSettings
@@ -355,8 +364,13 @@ def run_engine(path: str, args, rng, res: dict) -> None:
             return
         # labelled simulations through the real loops (loops.diffusion_loop, speculative.speculative_loop)
         eng.moe_chunk = int(best)
+        # previews without the coreset, as these runs have always measured them
         s = DecodingSettings(
-            mask_token_id=mask, block_size=BLOCK, max_new_tokens=args.sim_tokens, context_limit=args.n_ctx
+            mask_token_id=mask,
+            block_size=BLOCK,
+            max_new_tokens=args.sim_tokens,
+            context_limit=args.n_ctx,
+            routing=Routing(False, eng.default_routing.top_p),
         )
         t0 = time.perf_counter()
         ar = loops.last_result(loops.ar_loop(eng, prompt, s))

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 from llama_cpp import llama_cpp as ll
 
-from ..backend import LogitAdjustment, RowAdjustments, Verification, distribution
+from ..backend import Capabilities, LogitAdjustment, Routing, RowAdjustments, Verification, distribution
+from ..prompt_cache import Checkpoint, PromptCache, Reuse
 from . import capi
 
 GGML_TYPE_F32 = 0
@@ -83,7 +85,8 @@ class LlamaEngine:
     keeps recurrent-state snapshots of the last `block_size` rows (the GGUF's
     `clover-moe.diffusion.block_size`, llama.cpp's `n_rs_seq`) so that `rollback` can undo a
     verification: block_size more copies of every GDN layer's conv and recurrent state; `coreset` and
-    `coreset_top_p` restrict preview routing (None: the GGUF's `clover-moe.diffusion.coreset_*`);
+    `coreset_top_p` give `default_routing`, the routing of previews given none (None: the GGUF's
+    `clover-moe.diffusion.coreset_*`);
     `coreset_size` > 0 forces the coreset to that many experts instead of the top_p prefix
     (benchmarks); `moe_chunk` dispatches the routed experts of passes of at most 64 rows in chunks
     of that many rows (0: one dispatch; see `MOE_CHUNK_GPU`);
@@ -126,15 +129,13 @@ class LlamaEngine:
             raise EngineError(f"{model_path} is not a clover-moe GGUF")
         self.has_diffusion = bool(capi.llama_model_clover_has_diffusion(self.model))
         self.vocab_size = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(self.model))
-        self.coreset = (
+        self.default_routing = Routing(
             self._meta("clover-moe.diffusion.coreset_enabled", "true") == "true"
             if coreset is None
-            else coreset
-        )
-        self.coreset_top_p = (
+            else coreset,
             float(self._meta("clover-moe.diffusion.coreset_top_p", "0.9"))
             if coreset_top_p is None
-            else coreset_top_p
+            else coreset_top_p,
         )
 
         cparams = ll.llama_context_default_params()
@@ -162,6 +163,9 @@ class LlamaEngine:
             self.close()
             raise _failed("could not create a llama.cpp context")
         self.n_batch = cparams.n_batch
+        self.cache = PromptCache()  # what the sequence holds, for prompt reuse across requests
+        self.reuse = Reuse(0, "none")  # what the last prefill kept
+        self.checkpoint_at: int | None = None  # the next prefill's checkpoint position (`prefill`)
         self.n_rs_seq = ll.llama_n_rs_seq(self.ctx)
         self._adjusted = False
         self._pass_start: int | None = None  # first position of the last verification's causal rows
@@ -213,21 +217,44 @@ class LlamaEngine:
 
     # backend.Backend
 
-    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        self.reset()
-        return self.commit(tokens, adj)
+    @property
+    def capabilities(self) -> Capabilities:
+        """Fused passes always; verifications of up to `n_rs_seq` rows when built `speculative`."""
+        rows = self.n_rs_seq
+        return Capabilities(fused=True, speculative=rows > 0, max_verify_rows=rows, counts_bytes=True)
 
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
-        return self._preview(block, adj, logits=False)[:2]
+    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+        """Start a request over `tokens`, running only what the sequence does not already hold of
+        them (`prompt_cache`; `self.reuse` says what was kept). With `checkpoint_at` set (the
+        API sets it to where a chat prompt's history ends) the prompt runs as two passes, with a
+        checkpoint of the recurrent state between them for the next turn."""
+        kept = self._reuse(tokens)
+        at, self.checkpoint_at = self.checkpoint_at, None
+        if at is not None and self.cache.wants_checkpoint(tokens, kept, at):
+            self.commit(tokens[kept:at], adj)
+            self._take_checkpoint()
+            kept = at
+        return self.commit(tokens[kept:], adj)
+
+    def preview(
+        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self._preview(block, adj, logits=False, routing=routing)[:2]
 
     def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        tok, prob, _ = self._decode(tokens, adj, all_rows=False, logits=False)
+        with self._appending(tokens):
+            tok, prob, _ = self._decode(tokens, adj, all_rows=False, logits=False)
         return int(tok[-1]), float(prob[-1])
 
     # backend.SpeculativeBackend
 
     def verify_and_draft(
-        self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
+        self,
+        tokens: Sequence[int],
+        adjs: RowAdjustments,
+        preview: Sequence[int],
+        temperature: float = 0.0,
+        routing: Routing | None = None,
     ) -> Verification:
         """One graph (`llama_clover_verify_and_draft`): `tokens` run causally, keeping a recurrent-state
         snapshot after every row (`speculative=True`), then the `preview` block over the state they
@@ -259,11 +286,13 @@ class LlamaEngine:
             self.bytes_written += ids.nbytes + sum(r.nbytes for r in rows)
         capi.llama_clover_set_head(self.ctx, False, sampled)
         causal, block = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(preview))(*preview)
-        rc = capi.llama_clover_verify_and_draft(
-            self.ctx, SEQ, causal, len(tokens), block, len(preview), self.coreset, self.coreset_top_p
-        )
-        if rc != 0:
-            raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
+        r = routing or self.default_routing
+        with self._appending(tokens):
+            rc = capi.llama_clover_verify_and_draft(
+                self.ctx, SEQ, causal, len(tokens), block, len(preview), r.coreset, r.top_p
+            )
+            if rc != 0:
+                raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
         self._pass_start = start
         k, n = len(tokens), len(tokens) + len(preview)
         tok, prob = self._rows(n)
@@ -295,11 +324,16 @@ class LlamaEngine:
         if n_keep < n_past:
             if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ctx), SEQ, n_keep, -1):
                 raise _failed(f"could not roll back to {n_keep}")
+            self.cache.cut(n_keep)
 
     # backend.FusedBackend
 
     def commit_and_preview(
-        self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
+        self,
+        tokens: Sequence[int],
+        adj: LogitAdjustment,
+        block: Sequence[int],
+        routing: Routing | None = None,
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
         """`commit(tokens, adj)` then `preview(block, adj)` in one graph (`llama_clover_verify_and_draft`):
         the causal rows append to the sequence, the block runs over the state they wrote (nothing is
@@ -309,7 +343,7 @@ class LlamaEngine:
         if len(tokens) == 0:
             raise ValueError("a pass needs at least one token")
         if len(tokens) + len(block) > ll.llama_n_ubatch(self.ctx):
-            return self.commit(tokens, adj), self.preview(block, adj)
+            return self.commit(tokens, adj), self.preview(block, adj, routing)
         if len(block) and not self.has_diffusion:
             raise EngineError(
                 "this GGUF has no block-diffusion tensors (converted with --ar-only): "
@@ -319,11 +353,13 @@ class LlamaEngine:
         self._pass_start = None  # a commit: nothing to roll back
         capi.llama_clover_set_head(self.ctx, False, False)
         causal, rows = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(block))(*block)
-        rc = capi.llama_clover_verify_and_draft(
-            self.ctx, SEQ, causal, len(tokens), rows, len(block), self.coreset, self.coreset_top_p
-        )
-        if rc != 0:
-            raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
+        r = routing or self.default_routing
+        with self._appending(tokens):
+            rc = capi.llama_clover_verify_and_draft(
+                self.ctx, SEQ, causal, len(tokens), rows, len(block), r.coreset, r.top_p
+            )
+            if rc != 0:
+                raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
         k = len(tokens)
         tok, prob = self._rows(k + len(block))
         return (int(tok[k - 1]), float(prob[k - 1])), (tok[k:], prob[k:])
@@ -332,7 +368,9 @@ class LlamaEngine:
 
     def causal_logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Commit `tokens` and return their causal logits [T, V] (unadjusted)."""
-        return self._decode(tokens, LogitAdjustment.identity(self.vocab_size), all_rows=True, logits=True)[2]
+        with self._appending(tokens):
+            out = self._decode(tokens, LogitAdjustment.identity(self.vocab_size), all_rows=True, logits=True)
+        return out[2]
 
     def preview_logits(self, block: Sequence[int]) -> np.ndarray:
         """A preview's logits [B, V] (unadjusted); the state is untouched."""
@@ -342,6 +380,7 @@ class LlamaEngine:
         """Forget the sequence."""
         ll.llama_memory_clear(ll.llama_get_memory(self.ctx), True)
         self._pass_start = None
+        self.cache.held = []
 
     def state_bytes(self) -> bytes:
         """The sequence's serialized memory (K/V cells, conv and recurrent states)."""
@@ -353,6 +392,49 @@ class LlamaEngine:
     @property
     def n_past(self) -> int:
         return ll.llama_memory_seq_pos_max(ll.llama_get_memory(self.ctx), SEQ) + 1
+
+    # prompt reuse (prompt_cache)
+
+    def _reuse(self, tokens: Sequence[int]) -> int:
+        """Bring the sequence to the longest prefix of `tokens` it can keep; how many tokens that is."""
+        held = self.cache.held
+        reuse = self.cache.plan(tokens) if held is not None and len(held) == self.n_past else Reuse(0, "none")
+        if reuse.checkpoint is not None and not self._restore(reuse.checkpoint):
+            reuse = Reuse(0, "none")
+        if reuse.how == "none":
+            self.reset()
+        self.reuse = reuse
+        return reuse.kept
+
+    def _take_checkpoint(self) -> None:
+        """Copy the recurrent (GDN) state of the sequence's last position into the cache."""
+        flags = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = ll.llama_state_seq_get_size_ext(self.ctx, SEQ, flags)
+        buf = (ctypes.c_uint8 * size)()
+        if ll.llama_state_seq_get_data_ext(self.ctx, buf, size, SEQ, flags) == size:
+            self.cache.add_checkpoint(buf)
+
+    def _restore(self, checkpoint: Checkpoint) -> bool:
+        """Cut the K/V after the checkpoint's tokens and put its recurrent state back; False if
+        llama.cpp refused (the caller then starts over)."""
+        n, state = len(checkpoint.tokens), checkpoint.state
+        self._pass_start = None
+        self.cache.held = None
+        flags = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        if ll.llama_state_seq_set_data_ext(self.ctx, state, len(state), SEQ, flags) != len(state):
+            return False
+        if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ctx), SEQ, n, -1) or self.n_past != n:
+            return False
+        self.cache.held = list(checkpoint.tokens)
+        return True
+
+    @contextmanager
+    def _appending(self, tokens: Sequence[int]) -> Iterator[None]:
+        """A pass appending `tokens`: what the sequence holds is unknown until it succeeds."""
+        held, self.cache.held = self.cache.held, None
+        yield
+        self.cache.held = held
+        self.cache.append(tokens)
 
     # internals
 
@@ -425,7 +507,7 @@ class LlamaEngine:
         return np.concatenate(toks), np.concatenate(probs), np.concatenate(outs) if logits else None
 
     def _preview(
-        self, block: Sequence[int], adj: LogitAdjustment, logits: bool
+        self, block: Sequence[int], adj: LogitAdjustment, logits: bool, routing: Routing | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         if not self.has_diffusion:
             raise EngineError(
@@ -435,7 +517,8 @@ class LlamaEngine:
         self._set_adjust(adj)
         capi.llama_clover_set_head(self.ctx, False, logits)
         arr = (ll.llama_token * len(block))(*block)
-        rc = capi.llama_clover_preview(self.ctx, SEQ, arr, len(block), self.coreset, self.coreset_top_p)
+        r = routing or self.default_routing
+        rc = capi.llama_clover_preview(self.ctx, SEQ, arr, len(block), r.coreset, r.top_p)
         if rc != 0:
             raise _failed(f"llama_clover_preview failed ({rc})")
         tok, prob = self._rows(len(block))

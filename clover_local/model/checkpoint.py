@@ -29,12 +29,6 @@ _DTYPES = {
     "F32": (np.float32, 4),
     "F64": (np.float64, 8),
 }
-CLOVER_GDN_EXTRAS = (
-    "conv_right_weight",
-    "bd_softmax_logit_scale",
-    "bd_softmax_history_bias",
-    "bd_softmax_history_c",
-)
 
 
 class CheckpointError(ValueError):
@@ -252,64 +246,6 @@ def bf16_bits(x: np.ndarray) -> np.ndarray:
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     rounded = u + 0x7FFF + ((u >> 16) & 1)
     return (rounded >> 16).astype(np.uint16)
-
-
-def expected_shapes(
-    cfg: CloverConfig, fused_experts: bool = True, diffusion: bool = True
-) -> dict[str, tuple]:
-    """Canonical name -> shape of every tensor of a Clover checkpoint, as the publisher stores it.
-
-    Placement and shapes of the four diffusion tensors are [ours] (docs/model.md section 2).
-    """
-    h, v = cfg.hidden_size, cfg.vocab_size
-    out: dict[str, tuple] = {"embed_tokens.weight": (v, h), "norm.weight": (h,)}
-    if not cfg.tie_word_embeddings:
-        out["lm_head.weight"] = (v, h)
-    n_e, inter, sh = cfg.num_experts, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size
-    nv = cfg.linear_num_value_heads
-    for i, is_attn in enumerate(cfg.is_attention):
-        p = f"layers.{i}."
-        out[p + "input_layernorm.weight"] = (h,)
-        out[p + "post_attention_layernorm.weight"] = (h,)
-        if is_attn:
-            qd, kvd = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
-            out[p + "self_attn.q_proj.weight"] = (2 * qd, h)
-            out[p + "self_attn.k_proj.weight"] = (kvd, h)
-            out[p + "self_attn.v_proj.weight"] = (kvd, h)
-            out[p + "self_attn.o_proj.weight"] = (h, qd)
-            out[p + "self_attn.q_norm.weight"] = (cfg.head_dim,)
-            out[p + "self_attn.k_norm.weight"] = (cfg.head_dim,)
-        else:
-            la = p + "linear_attn."
-            out[la + "in_proj_qkv.weight"] = (cfg.conv_dim, h)
-            out[la + "in_proj_z.weight"] = (cfg.value_dim, h)
-            out[la + "in_proj_b.weight"] = (nv, h)
-            out[la + "in_proj_a.weight"] = (nv, h)
-            out[la + "conv1d.weight"] = (cfg.conv_dim, 1, cfg.linear_conv_kernel_dim)
-            out[la + "dt_bias"] = (nv,)
-            out[la + "A_log"] = (nv,)
-            out[la + "norm.weight"] = (cfg.linear_value_head_dim,)
-            out[la + "out_proj.weight"] = (h, cfg.value_dim)
-            if diffusion:
-                out[la + "conv_right_weight"] = (cfg.conv_dim, cfg.linear_conv_kernel_dim - 1)
-                out[la + "bd_softmax_logit_scale"] = (nv,)
-                out[la + "bd_softmax_history_bias"] = (nv,)
-                out[la + "bd_softmax_history_c"] = (nv,)
-        m = p + "mlp."
-        out[m + "gate.weight"] = (n_e, h)
-        if fused_experts:
-            out[m + "experts.gate_up_proj"] = (n_e, 2 * inter, h)
-            out[m + "experts.down_proj"] = (n_e, h, inter)
-        else:
-            for e in range(n_e):
-                out[f"{m}experts.{e}.gate_proj.weight"] = (inter, h)
-                out[f"{m}experts.{e}.up_proj.weight"] = (inter, h)
-                out[f"{m}experts.{e}.down_proj.weight"] = (h, inter)
-        out[m + "shared_expert.gate_proj.weight"] = (sh, h)
-        out[m + "shared_expert.up_proj.weight"] = (sh, h)
-        out[m + "shared_expert.down_proj.weight"] = (h, sh)
-        out[m + "shared_expert_gate.weight"] = (1, h)
-    return out
 
 
 def conv_right_taps(w: np.ndarray, kernel: int) -> np.ndarray:

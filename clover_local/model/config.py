@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .decoding_parameters import PARAMETERS, DecodingParameters
+
 ARCHITECTURES = ("CloverMoeModelLM", "CloverMoeForCausalLM")
 MODEL_TYPES = ("clover_moe", "clover_moe_text")
 CONTEXT_LIMIT = 131072  # model card: prompt and response together [vendor]
@@ -138,33 +140,23 @@ class CloverConfig:
         return CloverConfig(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **kw})
 
 
-@dataclass(frozen=True)
-class GenerationDefaults:
-    """Decoding defaults of `generation_config.json` (documented defaults where a key is absent)."""
+@dataclass(frozen=True, kw_only=True)
+class GenerationDefaults(DecodingParameters):
+    """Decoding defaults of `generation_config.json` (the table's defaults where a key is absent),
+    its stop tokens, and its other keys (`extra`: sampling values and the like)."""
 
-    block_size: int = 32
-    threshold: float = 0.95
     eos_token_ids: tuple[int, ...] = ()
-    max_new_tokens: int = 2048
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    # Ramps [ours]: a logit bias on stop tokens (and on `</think>` while thinking) that grows
-    # linearly from 0 at `*_ramp_start` x budget to `*_ramp_max` at the budget.
-    stop_ramp_start: float = 0.0
-    stop_ramp_max: float = 0.0
-    think_ramp_start: float = 0.0
-    think_ramp_max: float = 0.0
-    logit_shift: int = 1  # [ours] hidden state at position i predicts token i+1
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, gen: dict[str, Any]) -> GenerationDefaults:
+        """From `generation_config.json`'s keys, or a GGUF's `clover-moe.diffusion.*` ones (same names)."""
         eos = gen.get("eos_token_id", ())
         eos_ids = (eos,) if isinstance(eos, int) else tuple(int(e) for e in eos or ())
-        known = {f.name for f in fields(cls)} - {"eos_token_ids", "extra"}
-        kw = {k: type(getattr(cls, k))(gen[k]) for k in known if k in gen}
-        return cls(eos_token_ids=eos_ids, extra={k: v for k, v in gen.items() if k not in known}, **kw)
+        known = {p.name: p.type for p in PARAMETERS}
+        kw = {k: kind(gen[k]) for k, kind in known.items() if k in gen}
+        extra = {k: v for k, v in gen.items() if k not in known}
+        return cls(eos_token_ids=eos_ids, extra=extra, **kw)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""What a GGUF file holds, read from its header alone (no weights loaded): `clover info`."""
+"""What a GGUF file holds, read from its header alone (no weights, no vocabulary strings): `clover info`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from . import gguf_header
 from . import gguf_names as gn
+from .gguf_header import Header, HeaderError
 
 
 class ModelFileError(ValueError):
@@ -38,28 +38,8 @@ class ModelInfo:
         return asdict(self)
 
 
-def _field_value(f: Any) -> Any:
-    """Decode a GGUFReader field into a plain Python value (string, number, list)."""
-    from gguf import GGUFValueType
-
-    if not f.types:
-        return None
-    if f.types[0] == GGUFValueType.ARRAY:
-        if len(f.types) > 1 and f.types[1] == GGUFValueType.STRING:
-            return [bytes(f.parts[i]).decode("utf-8", "replace") for i in f.data]
-        return [f.parts[i].tolist()[0] for i in f.data]
-    if f.types[0] == GGUFValueType.STRING:
-        return bytes(f.parts[f.data[0]]).decode("utf-8", "replace")
-    part = f.parts[f.data[0]]
-    if part.dtype == np.float32:  # the shortest decimal of the stored f32: 0.95, not 0.949999988
-        return float(str(part[0]))
-    return part.tolist()[0]
-
-
-def open_gguf(path: str | Path) -> Any:
-    """A `gguf.GGUFReader`, or a one-line `ModelFileError` for a missing or non-GGUF file."""
-    from gguf import GGUFReader
-
+def read_header(path: str | Path) -> Header:
+    """The GGUF header (`gguf_header`), or a one-line `ModelFileError` for a missing or non-GGUF file."""
     p = Path(path)
     if not p.exists():
         raise ModelFileError(f"{p}: file not found")
@@ -70,51 +50,59 @@ def open_gguf(path: str | Path) -> Any:
     if magic != b"GGUF":
         raise ModelFileError(f"{p}: not a GGUF file (convert a checkpoint with clover-convert)")
     try:
-        return GGUFReader(p, "r")
-    except (ValueError, OSError) as e:
+        return gguf_header.read_header(p)
+    except (HeaderError, OSError) as e:
         raise ModelFileError(f"{p}: unreadable GGUF ({e})") from None
 
 
 def read_info(path: str | Path) -> ModelInfo:
-    reader = open_gguf(path)
-    meta = {
-        name: _field_value(f) for name, f in reader.fields.items() if not name.startswith("tokenizer.ggml.t")
-    }
+    header = read_header(path)
+    meta = {k: v for k, v in header.metadata.items() if not k.startswith("tokenizer.ggml.t")}
     arch = meta.get("general.architecture", "")
     if arch != gn.ARCH:
         raise ModelFileError(
             f"{path}: not a Clover model (architecture {arch or 'unknown'!r}, expected {gn.ARCH!r})"
         )
-    names = {t.name for t in reader.tensors}
-    mix = Counter(t.tensor_type.name for t in reader.tensors)
-    n_params = int(sum(int(np.prod(t.shape)) for t in reader.tensors))
+    tensors = header.tensors
+    names = {t.name for t in tensors}
+    mix = Counter(_type_name(t.type) for t in tensors)
     n_layers = int(meta.get(gn.BLOCK_COUNT, 0))
-    gdn = [i for i in range(n_layers) if f"blk.{i}.{gn.SSM_CONV1D}" in names]
-    missing = [f"blk.{i}.{s}" for i in gdn for s in gn.DIFFUSION_TENSORS if f"blk.{i}.{s}" not in names]
+    from .tensors import gdn_layers, missing_diffusion_tensors  # imports gguf, as this function does
+
+    gdn = gdn_layers(names, n_layers)
+    missing = missing_diffusion_tensors(names, gdn)
     prefix = gn.ARCH + "."
     hyper = {k[len(prefix) :]: v for k, v in meta.items() if k.startswith(prefix) and ".diffusion." not in k}
     diffusion = {
         k[len(gn.key("diffusion.")) :]: v for k, v in meta.items() if k.startswith(gn.key("diffusion."))
     }
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
-    ft = meta.get("general.file_type")
+    tokens = header.metadata.get("tokenizer.ggml.tokens")
     return ModelInfo(
         path=str(path),
         file_size=Path(path).stat().st_size,
         architecture=arch,
         name=str(meta.get("general.name", "")),
-        n_tensors=len(reader.tensors),
-        n_params=n_params,
-        file_type=_file_type_name(ft),
+        n_tensors=len(tensors),
+        n_params=sum(t.n_elements for t in tensors),
+        file_type=_file_type_name(meta.get("general.file_type")),
         quant_mix=dict(mix.most_common()),
         hyperparameters=hyper,
         diffusion=diffusion,
         has_diffusion_tensors=bool(gdn) and not missing,
         gdn_layers=len(gdn),
-        vocab_size=len(tokens.data) if tokens is not None else 0,
+        vocab_size=len(tokens) if tokens is not None else 0,
         mask_token_id=meta.get(gn.MASK_TOKEN_ID),
         missing_diffusion_tensors=missing[:8],
     )
+
+
+def _type_name(ggml_type: int) -> str:
+    from gguf import GGMLQuantizationType
+
+    try:
+        return GGMLQuantizationType(ggml_type).name
+    except ValueError:
+        return f"type{ggml_type}"
 
 
 def _file_type_name(ft: Any) -> str:

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
+# the HTTP libraries huggingface_hub uses, by version (httpx, its fork httpx2, requests)
+HTTP_CLIENTS = ("httpx", "httpcore", "requests", "urllib3")
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -32,9 +34,25 @@ def hub(repo_id: str, error: type[Exception]) -> Iterator[ModuleType]:
             f"{repo_id} is a Hugging Face repo id; downloading needs huggingface_hub "
             "(pip install 'clover-local[hub]')"
         ) from None
+    from huggingface_hub.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # no "Retrying in 2s" line per retry: the outcome is one line
     try:
         yield huggingface_hub
     except RepositoryNotFoundError:
         raise error(f"{repo_id}: no such Hugging Face repository (or it is gated: log in first)") from None
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
-        raise error(f"{repo_id}: download failed ({str(e).splitlines()[0]})") from None
+        raise error(f"{repo_id}: download failed ({_first_line(e)})") from None
+    except Exception as e:  # the HTTP client's own errors (httpx, requests): offline, DNS, TLS
+        if not type(e).__module__.startswith(HTTP_CLIENTS):
+            raise
+        raise error(
+            f"{repo_id}: download failed, network error ({_first_line(e)}); check the connection"
+        ) from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0]

@@ -7,16 +7,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..backend import LogitAdjustment, RowAdjustments, Verification, distribution, pick
+from ..backend import Capabilities, LogitAdjustment, Routing, RowAdjustments, Verification, distribution, pick
 from .model import ReferenceModel, State
 
 
 class NumpyBackend:
     """One sequence on a `ReferenceModel`; `state` is the committed prefix."""
 
+    capabilities = Capabilities(fused=True, speculative=True)
+
     def __init__(self, model: ReferenceModel):
         self.model = model
         self.vocab_size = model.cfg.vocab_size
+        self.default_routing = model.default_routing
         self.state: State = model.new_state()
         self._pass: tuple[State, list[int]] | None = None  # the last verification: start state, causal rows
 
@@ -24,28 +27,46 @@ class NumpyBackend:
         self.state = self.model.new_state()
         return self.commit(tokens, adj)
 
-    def preview(self, block: Sequence[int], adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
-        return pick(self.model.preview(block, self.state), adj)
+    def preview(
+        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return pick(self.model.preview(block, self.state, routing=routing), adj)
 
     def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
         self._pass = None
         tok, prob = pick(self.model.commit(tokens, self.state)[-1:], adj)
         return int(tok[0]), float(prob[0])
 
+    def close(self) -> None:
+        """Nothing to free: the model's arrays go with the object."""
+
     def commit_and_preview(
-        self, tokens: Sequence[int], adj: LogitAdjustment, block: Sequence[int]
+        self,
+        tokens: Sequence[int],
+        adj: LogitAdjustment,
+        block: Sequence[int],
+        routing: Routing | None = None,
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
         """`backend.FusedBackend`: a commit, then a preview over the state it left (what the fused
         graph of another backend must equal)."""
-        return self.commit(tokens, adj), self.preview(block, adj)
+        return self.commit(tokens, adj), self.preview(block, adj, routing)
 
     def verify_and_draft(
-        self, tokens: Sequence[int], adjs: RowAdjustments, preview: Sequence[int], temperature: float = 0.0
+        self,
+        tokens: Sequence[int],
+        adjs: RowAdjustments,
+        preview: Sequence[int],
+        temperature: float = 0.0,
+        routing: Routing | None = None,
     ) -> Verification:
         """One speculative pass: a causal commit of `tokens`, then a preview over the state it left."""
         self._pass = (self.state.copy(), list(tokens))
         causal = self.model.commit(tokens, self.state) if len(tokens) else np.zeros((0, self.vocab_size))
-        ahead = self.model.preview(preview, self.state) if len(preview) else np.zeros((0, self.vocab_size))
+        ahead = (
+            self.model.preview(preview, self.state, routing=routing)
+            if len(preview)
+            else np.zeros((0, self.vocab_size))
+        )
         picks = [pick(causal[j : j + 1], adjs.row(j)) for j in range(len(tokens))]
         draft_tokens, draft_probs = pick(ahead, adjs.last())
         sampled = temperature > 0

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ..backend import Routing
 from ..model.checkpoint import Checkpoint
 from ..model.config import CloverConfig
 from .attention import attention
@@ -112,23 +113,32 @@ class ReferenceModel:
         Routing is unrestricted (`moe.coreset_applies`). Chunking is free: committing a sequence
         in pieces gives the same logits as committing it at once.
         """
-        logits, new = self._forward(tokens, state, preview=False, record=record)
+        logits, new = self._forward(tokens, state, None, record=record)
         state.keys, state.values, state.conv, state.recurrent = new.keys, new.values, new.conv, new.recurrent
         state.n_past += len(tokens)
         return logits
 
-    def preview(self, block: Sequence[int], state: State, record: Record | None = None) -> np.ndarray:
+    @property
+    def default_routing(self) -> Routing:
+        """The config's preview routing (`moe_block_coreset_enabled`, `moe_block_coreset_top_p`)."""
+        return Routing(self.cfg.coreset_enabled, self.cfg.coreset_top_p)
+
+    def preview(
+        self, block: Sequence[int], state: State, record: Record | None = None, routing: Routing | None = None
+    ) -> np.ndarray:
         """Denoising pass over a block (docs/model.md 2.2): logits [B, V]; `state` is left untouched.
 
         Row i holds the hidden state of position n_past + i; which position it predicts is the
-        decoder's business (`loops.aligned_candidates`).
+        decoder's business (`loops.aligned_candidates`). `routing` None: `default_routing`.
         """
-        logits, _ = self._forward(block, state, preview=True, record=record)
+        logits, _ = self._forward(block, state, routing or self.default_routing, record=record)
         return logits
 
     def _forward(
-        self, tokens: Sequence[int], state: State, preview: bool, record: Record | None
+        self, tokens: Sequence[int], state: State, routing: Routing | None, record: Record | None
     ) -> tuple[np.ndarray, State]:
+        """A causal pass (`routing` None) or a preview (its routing)."""
+        preview = routing is not None
         cfg, ids = self.cfg, np.asarray(tokens, dtype=np.int64)
         if ids.ndim != 1 or len(ids) == 0:
             raise ValueError("a pass needs a non-empty 1-D token sequence")
@@ -158,7 +168,7 @@ class ReferenceModel:
             rec("attn_residual", h)
             x = rms_norm(h, w("post_attention_layernorm.weight"), cfg.rms_norm_eps)
             rec("attn_post_norm", x)
-            f = moe(x, w, cfg, preview=preview, rec=rec)
+            f = moe(x, w, cfg, routing, rec=rec)
             rec("ffn_out", f)
             h = h + f
             rec("l_out", h)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..backend import Routing
 from ..model.config import CloverConfig
 from .ops import sigmoid, silu, softmax
 
@@ -53,17 +54,21 @@ def block_expert_coreset(probs: np.ndarray, k: int, top_p: float, size: int = 0)
     return kept
 
 
-def coreset_applies(preview: bool, cfg: CloverConfig) -> bool:
-    """Whether a pass routes within the block coreset: previews when enabled; commits never [ours, 2.2]."""
-    return preview and cfg.coreset_enabled
+def coreset_applies(routing: Routing | None) -> bool:
+    """Whether a pass routes within the block coreset: previews when their routing says so (a commit
+    has no routing); commits never [ours, 2.2]."""
+    return routing is not None and routing.coreset
 
 
-def moe(x: np.ndarray, w: Weights, cfg: CloverConfig, preview: bool, rec: Recorder) -> np.ndarray:
-    """The MoE block on normed rows x [T, H]: routed experts plus the sigmoid-gated shared expert."""
+def moe(x: np.ndarray, w: Weights, cfg: CloverConfig, routing: Routing | None, rec: Recorder) -> np.ndarray:
+    """The MoE block on normed rows x [T, H]: routed experts plus the sigmoid-gated shared expert.
+
+    `routing`: a preview's (None for a causal pass)."""
     probs = softmax(x @ w("mlp.gate.weight").T)
     allowed = None
-    if coreset_applies(preview, cfg):
-        allowed = block_expert_coreset(probs, cfg.num_experts_per_tok, cfg.coreset_top_p, cfg.coreset_size)
+    if coreset_applies(routing):
+        assert routing is not None
+        allowed = block_expert_coreset(probs, cfg.num_experts_per_tok, routing.top_p, cfg.coreset_size)
         rec("ffn_moe_coreset", allowed)
     ids, weights = top_k_routing(probs, cfg.num_experts_per_tok, allowed)
     rec("ffn_moe_topk", ids)

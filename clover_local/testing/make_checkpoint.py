@@ -2,7 +2,7 @@
 
 `write_checkpoint(out_dir, preset, seed)` writes `config.json`, `generation_config.json`, the
 tokenizer files and BF16 weights in several safetensors shards plus their index. Tensor names and
-shapes come from `checkpoint.expected_shapes`, so generator and readers cannot drift apart.
+shapes come from `tensors.expected_shapes`, so generator and readers cannot drift apart.
 
 Weights are random but deterministic and numerically tame: each tensor draws from its own
 generator seeded by (seed, canonical name), so the layout variants of a preset (prefix, expert
@@ -32,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from clover_local.model.checkpoint import canonical_name, expected_shapes
+from clover_local.model.checkpoint import canonical_name
 from clover_local.model.config import CONTEXT_LIMIT, CloverConfig
+from clover_local.model.tensors import expected_shapes
 
 from .safetensors_writer import chunked, write_sharded
 from .tokenizer_files import Vocabulary, write_tokenizer

@@ -197,8 +197,8 @@ _GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?",
 def read_gguf_arrays(data: bytes, keys: tuple[str, ...]) -> dict[str, list]:
     """The named string/integer array values of a GGUF file's key-value section.
 
-    A linear scan (`gguf.GGUFReader` builds numpy views of every string and needs ~10 s for a
-    150k-token vocabulary; this needs well under one).
+    A linear scan: `gguf.GGUFReader` builds a numpy view of every string, slow for a whole
+    vocabulary (docs/performance.md).
     """
     if data[:4] != b"GGUF":
         raise ValueError("not a GGUF file")

@@ -35,7 +35,6 @@ def need(module: str, hint: str) -> Any:
 need("fastapi", "pip install 'clover-local[server]'")
 openai = need("openai", "pip install 'clover-local[dev]'")
 
-from clover_local import llama as llama_runtime  # noqa: E402
 from clover_local.api import Clover  # noqa: E402
 
 pytestmark = pytest.mark.llama
@@ -122,20 +121,12 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def tiny_gguf(gguf_factory) -> Path:
-    missing = llama_runtime.unavailable()
-    if missing is not None:
-        pytest.skip(missing)
-    return gguf_factory("tiny")[1]
-
-
-@pytest.fixture(scope="module")
-def start(tiny_gguf: Path) -> Iterator[Callable[..., Server]]:
+def start(llama_gguf: Path) -> Iterator[Callable[..., Server]]:
     """`start(*args)`: a server on the tiny GGUF, stopped (and checked to exit 0) after the module."""
     servers: list[Server] = []
 
     def make(*args: str) -> Server:
-        servers.append(Server(tiny_gguf, *args))
+        servers.append(Server(llama_gguf, *args))
         return servers[-1]
 
     yield make
@@ -149,9 +140,9 @@ def server(start) -> Server:
 
 
 @pytest.fixture(scope="module")
-def local(tiny_gguf: Path) -> Iterator[Clover]:
+def local(llama_gguf: Path) -> Iterator[Clover]:
     """The same model in this process: what the server must answer, token for token."""
-    with Clover(tiny_gguf, n_ctx=8192) as clover:
+    with Clover(llama_gguf, n_ctx=8192) as clover:
         yield clover
 
 

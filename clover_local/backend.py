@@ -18,21 +18,55 @@ import numpy as np
 
 @dataclass(frozen=True)
 class LogitAdjustment:
-    """Per-vocab vectors of `l' = max(l,0) * pos_scale + min(l,0) * neg_scale + bias`."""
+    """`l' = max(l,0) * pos_scale + min(l,0) * neg_scale + bias` over a vocabulary, kept as its entries.
 
-    pos_scale: np.ndarray
-    neg_scale: np.ndarray
-    bias: np.ndarray
+    `ids` are the (unique) token ids where it differs from the identity and `values` [len(ids), 3] their
+    (pos_scale, neg_scale, bias); every other token keeps its logit exactly. Penalties, ramps and the
+    mask token touch a few ids, so a pass carries O(response) numbers, never O(vocabulary).
+    """
+
+    ids: np.ndarray  # [n] token ids
+    values: np.ndarray  # [n, 3] float32: pos_scale, neg_scale, bias
+    vocab_size: int
 
     @classmethod
     def identity(cls, vocab_size: int) -> LogitAdjustment:
-        ones = np.ones(vocab_size, dtype=np.float32)
-        return cls(ones, ones.copy(), np.zeros(vocab_size, dtype=np.float32))
+        return cls(np.zeros(0, dtype=np.int64), np.zeros((0, 3), dtype=np.float32), vocab_size)
+
+    @classmethod
+    def from_vectors(cls, pos_scale: np.ndarray, neg_scale: np.ndarray, bias: np.ndarray) -> LogitAdjustment:
+        """The adjustment of per-vocab vectors (entries where any of them is not the identity's)."""
+        dense = np.stack([pos_scale, neg_scale, bias], axis=1).astype(np.float32)
+        ids = np.flatnonzero((dense[:, 0] != 1) | (dense[:, 1] != 1) | (dense[:, 2] != 0))
+        return cls(ids, dense[ids], len(dense))
+
+    def vectors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-vocab (pos_scale, neg_scale, bias) vectors."""
+        pos, neg = np.ones(self.vocab_size, dtype=np.float32), np.ones(self.vocab_size, dtype=np.float32)
+        bias = np.zeros(self.vocab_size, dtype=np.float32)
+        pos[self.ids], neg[self.ids], bias[self.ids] = self.values.T
+        return pos, neg, bias
+
+    @property
+    def pos_scale(self) -> np.ndarray:
+        return self.vectors()[0]
+
+    @property
+    def neg_scale(self) -> np.ndarray:
+        return self.vectors()[1]
+
+    @property
+    def bias(self) -> np.ndarray:
+        return self.vectors()[2]
 
 
 def adjust_logits(logits: np.ndarray, adj: LogitAdjustment) -> np.ndarray:
-    """Apply the adjustment to logits [..., V]; the same formula runs in the llama.cpp graph."""
-    return np.maximum(logits, 0) * adj.pos_scale + np.minimum(logits, 0) * adj.neg_scale + adj.bias
+    """Apply the adjustment to logits [..., V] at its entries (the same formula runs in the graph)."""
+    out = np.array(logits, copy=True)
+    at = out[..., adj.ids]
+    pos, neg, bias = adj.values.T
+    out[..., adj.ids] = np.maximum(at, 0) * pos + np.minimum(at, 0) * neg + bias
+    return out
 
 
 def pick(logits: np.ndarray, adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
@@ -161,12 +195,20 @@ class RowAdjustments:
     def __len__(self) -> int:
         return self.bias.shape[0]
 
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every row's adjustment entries, the same ids for all rows: ids [n] and values [rows, n, 3]
+        (the base's entries outside `ids`, then `ids` with the row's values)."""
+        keep = ~np.isin(self.base.ids, self.ids)
+        ids = np.concatenate([self.base.ids[keep], self.ids])
+        values = np.empty((len(self), len(ids), 3), dtype=np.float32)
+        values[:, : keep.sum()] = self.base.values[keep]
+        values[:, keep.sum() :] = np.stack([self.pos_scale, self.neg_scale, self.bias], axis=2)
+        return ids, values
+
     def row(self, j: int) -> LogitAdjustment:
         """Row j's full adjustment."""
-        b = self.base
-        pos, neg, bias = b.pos_scale.copy(), b.neg_scale.copy(), b.bias.copy()
-        pos[self.ids], neg[self.ids], bias[self.ids] = self.pos_scale[j], self.neg_scale[j], self.bias[j]
-        return LogitAdjustment(pos, neg, bias)
+        ids, values = self.entries()
+        return LogitAdjustment(ids, values[j], self.base.vocab_size)
 
     def last(self) -> LogitAdjustment:
         """The adjustment of the preview rows: the last causal row's (the base when there is none)."""

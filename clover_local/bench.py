@@ -142,9 +142,23 @@ def run_bench(
     out["speedup_vs_ar"] = stats["generation_tokens_per_s"] / out["ar_tokens_per_s"]
     runs = ["ar", *(["diffusion"] if previews else []), *(["speculative"] if verifies else [])]
     out["modes"] = {m: _generation(clover, prompt, gen_tokens, m) for m in runs}
+    out["llama_cpp_ar"] = _upstream(clover, prompt, gen_tokens, out["modes"]["ar"]["tokens_per_s"])
     if simulate:
         out["simulation"] = _simulations(clover, prompt, gen_tokens, previews, verifies)
     return out
+
+
+def _upstream(clover: Clover, prompt: list[int], gen_tokens: int, ar_tok_s: float) -> dict[str, float] | None:
+    """Plain llama.cpp greedy decoding of the same file in the same library (`llama.upstream`),
+    beside the `ar` mode's speed; None on the reference backend."""
+    try:
+        from .llama import upstream
+    except ImportError:  # no llama-cpp-python: the reference backend
+        return None
+    if not isinstance(clover.backend, upstream.LlamaEngine):
+        return None
+    _, tok_s = upstream.greedy_decode(clover.backend, prompt, gen_tokens)
+    return {"tokens_per_s": tok_s, "ar_ratio": ar_tok_s / tok_s}
 
 
 def _simulations(

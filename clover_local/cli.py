@@ -604,6 +604,12 @@ def bench(
             f"{m['tokens_per_pass']:.2f} tok/pass, {m['ms_per_pass']:.1f} ms/pass, "
             f"{m['tokens_per_s']:.1f} tok/s ({ratio:.2f}x AR)",
         )
+    up = res.get("llama_cpp_ar")
+    if up:
+        t.add_row(
+            "plain llama.cpp greedy decoding (same file)",
+            f"{up['tokens_per_s']:.1f} tok/s (ar mode: {up['ar_ratio']:.2f}x)",
+        )
     for name, moved in res["bytes_per_pass"].items():
         if moved is not None:
             t.add_row(f"bytes per {name} pass", f"{moved['read']} read, {moved['written']} written")

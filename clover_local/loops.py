@@ -176,13 +176,15 @@ def ar_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Ite
     policy.check_length(len(prompt), s)
     start = time.perf_counter()
     response: list[int] = []
-    token, prob = backend.prefill(prompt, policy.adjustment(s, backend.vocab_size, prompt, response))
+    running = policy.RunningAdjustment(s, backend.vocab_size, prompt)
+    token, prob = backend.prefill(prompt, running.adjustment())
     prefill_seconds = time.perf_counter() - start
     finish = "length"
     while len(response) < s.max_new_tokens:
         t0 = time.perf_counter()
         response.append(token)
-        following = backend.commit([token], policy.adjustment(s, backend.vocab_size, prompt, response))
+        running.append(token)
+        following = backend.commit([token], running.adjustment())
         yield TokenEvent(len(prompt) + len(response) - 1, token, prob, time.perf_counter() - t0)
         if token in s.stop_token_ids:
             finish = "stop"

@@ -8,6 +8,7 @@ positions to fill, when to stop and what to penalise is taken in this module.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -116,31 +117,65 @@ def adjustment(
     to `</think>`'s while thinking, both growing with the response length toward max_new_tokens.
     The mask token is never a candidate (bias -inf): filling a position with it would never end.
     """
-    ids, values = _entries(s, prompt, response)
-    inside = (ids >= 0) & (ids < vocab_size)
-    return _scatter(LogitAdjustment.identity(vocab_size), ids[inside], [v[inside] for v in values])
+    return _in_vocab(*_entries(s, prompt, response), vocab_size)
+
+
+class RunningAdjustment:
+    """`adjustment(s, V, prompt, response)` for a response that grows one token at a time (the `ar`
+    loop): the sorted distinct tokens, their counts and the think state are kept, so a step costs
+    O(distinct tokens) instead of counting the whole response again."""
+
+    def __init__(self, s: DecodingSettings, vocab_size: int, prompt: Sequence[int]):
+        self.s, self.vocab_size = s, vocab_size
+        self.seen: list[int] = []  # sorted
+        self.counts: list[int] = []
+        self.n_generated = 0
+        self.inside = thinking(prompt, [], s)
+
+    def append(self, token: int) -> None:
+        i = bisect.bisect_left(self.seen, token)
+        if i < len(self.seen) and self.seen[i] == token:
+            self.counts[i] += 1
+        else:
+            self.seen.insert(i, token)
+            self.counts.insert(i, 1)
+        self.n_generated += 1
+        self.inside = thinking_after(self.inside, token, self.s)
+
+    def adjustment(self) -> LogitAdjustment:
+        seen, n = np.array(self.seen, dtype=np.int64), np.array(self.counts, dtype=np.int64)
+        return _in_vocab(*_entries_of_counts(self.s, seen, n, self.n_generated, self.inside), self.vocab_size)
+
+
+def _in_vocab(ids: np.ndarray, values: np.ndarray, vocab_size: int) -> LogitAdjustment:
+    """The adjustment of sorted entries, without ids outside the vocabulary (e.g. an absent mask id)."""
+    if len(ids) and (ids[0] < 0 or ids[-1] >= vocab_size):
+        inside = (ids >= 0) & (ids < vocab_size)
+        ids, values = ids[inside], values[inside]
+    return LogitAdjustment(ids, values, vocab_size)
 
 
 def adjustment_rows(
     s: DecodingSettings, ids: np.ndarray, prompt: Sequence[int], response: Sequence[int], rows: Sequence[int]
-) -> list[LogitAdjustment]:
+) -> np.ndarray:
     """`adjustment(s, V, prompt, [*response, *rows[:j + 1]])` at the sorted token `ids` only, for
-    every row j: [len(ids)] vectors, counting the response once, O(len(response) + len(rows) x
-    len(ids)) whatever the vocabulary. `ids` must hold every row token. Per-row adjustments differ
-    from a shared base only at a few ids (`backend.RowAdjustments`, `row_adjustments`).
+    every row j: [len(rows), len(ids), 3] values (pos_scale, neg_scale, bias), counting the response
+    once, O(len(response) + len(rows) x len(ids)) whatever the vocabulary. `ids` must hold every row
+    token. Per-row adjustments differ from a shared base only at a few ids (`backend.RowAdjustments`,
+    `row_adjustments`).
     """
     ids = np.asarray(ids, dtype=np.int64)
     seen, n = np.unique(np.asarray(response, dtype=np.int64), return_counts=True)
     at = np.searchsorted(seen, ids).clip(max=max(len(seen) - 1, 0))
     counts = np.where(seen[at] == ids, n[at], 0) if len(seen) else np.zeros(len(ids), dtype=np.int64)
     inside = thinking(prompt, response, s)
-    out = []
+    out = np.empty((len(rows), len(ids), 3), dtype=np.float32)
     for j, token in enumerate(rows):
         counts[np.searchsorted(ids, token)] += 1
         inside = thinking_after(inside, token, s)
         present = counts > 0
         entries = _entries_of_counts(s, ids[present], counts[present], len(response) + j + 1, inside)
-        out.append(_restrict(ids, *entries))
+        out[j] = _restrict(ids, *entries)
     return out
 
 
@@ -154,23 +189,31 @@ def row_adjustments(
     """Adjustments of causal rows that append `rows` (response tokens) after `response`."""
     touched = {*rows, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])}
     ids = np.array(sorted(t for t in touched if 0 <= t < vocab_size), dtype=np.int64)
-    per_row = adjustment_rows(s, ids, prompt, response, rows)
-    values = [np.stack([getattr(a, f) for a in per_row]) for f in ("pos_scale", "neg_scale", "bias")]
-    return RowAdjustments(adjustment(s, vocab_size, prompt, response), ids, *values)
+    values = adjustment_rows(s, ids, prompt, response, rows)
+    return RowAdjustments(adjustment(s, vocab_size, prompt, response), ids, *values.transpose(2, 0, 1))
 
 
-def _restrict(ids: np.ndarray, entry_ids: np.ndarray, values: list[np.ndarray]) -> LogitAdjustment:
-    """The entries' values at the sorted `ids` (identity where an id has no entry)."""
+def _restrict(ids: np.ndarray, entry_ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The entries' values at the sorted `ids`, [len(ids), 3] (the identity's where an id has no entry)."""
+    out = _identity_values(len(ids))
     if not len(ids):
-        return LogitAdjustment.identity(0)
+        return out
     at = np.searchsorted(ids, entry_ids).clip(max=len(ids) - 1)
     found = ids[at] == entry_ids
-    return _scatter(LogitAdjustment.identity(len(ids)), at[found], [v[found] for v in values])
+    out[at[found]] = values[found]
+    return out
+
+
+def _identity_values(n: int) -> np.ndarray:
+    """[n, 3] values of the identity: pos_scale 1, neg_scale 1, bias 0."""
+    out = np.empty((n, 3), dtype=np.float32)
+    out[:] = (1.0, 1.0, 0.0)
+    return out
 
 
 def _entries(
     s: DecodingSettings, prompt: Sequence[int], response: Sequence[int]
-) -> tuple[np.ndarray, list[np.ndarray]]:
+) -> tuple[np.ndarray, np.ndarray]:
     """`adjustment`'s values where they differ from the identity: sorted token ids and their
     (pos_scale, neg_scale, bias), O(len(response)) whatever the vocabulary."""
     seen, n = np.unique(np.asarray(response, dtype=np.int64), return_counts=True)
@@ -179,30 +222,28 @@ def _entries(
 
 def _entries_of_counts(
     s: DecodingSettings, seen: np.ndarray, n: np.ndarray, n_generated: int, inside_think: bool
-) -> tuple[np.ndarray, list[np.ndarray]]:
+) -> tuple[np.ndarray, np.ndarray]:
     """The adjustment's formula from the response's token counts (`seen` sorted, `n` their counts),
-    its length and whether it ends inside a think section."""
+    its length and whether it ends inside a think section: sorted ids and their [n, 3] values."""
     special = [s.mask_token_id, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])]
-    ids = np.union1d(seen, special)
-    adj = LogitAdjustment.identity(len(ids))
+    ids = np.concatenate([seen, special])
+    ids.sort()
+    ids = ids[np.concatenate([[True], ids[1:] != ids[:-1]])]  # the sorted union
+    values = _identity_values(len(ids))
+    pos_scale, neg_scale, bias = values.T
     at = np.searchsorted(ids, seen)
-    adj.pos_scale[at] = 1.0 / s.repetition_penalty
-    adj.neg_scale[at] = s.repetition_penalty
-    adj.bias[at] -= s.presence_penalty + s.frequency_penalty * n.astype(np.float32)
+    pos_scale[at] = 1.0 / s.repetition_penalty
+    neg_scale[at] = s.repetition_penalty
+    bias[at] -= s.presence_penalty + s.frequency_penalty * n.astype(np.float32)
     stop_bias = ramp(n_generated, s.max_new_tokens, s.stop_ramp_start, s.stop_ramp_max)
     if stop_bias and s.stop_token_ids:
-        adj.bias[np.searchsorted(ids, s.stop_token_ids)] += stop_bias
+        bias[np.searchsorted(ids, s.stop_token_ids)] += stop_bias
     if s.think_end_id is not None and inside_think:
-        adj.bias[np.searchsorted(ids, s.think_end_id)] += ramp(
+        bias[np.searchsorted(ids, s.think_end_id)] += ramp(
             n_generated, s.max_new_tokens, s.think_ramp_start, s.think_ramp_max
         )
-    adj.bias[np.searchsorted(ids, s.mask_token_id)] = -np.inf  # -inf absorbs every other term
-    return ids, [adj.pos_scale, adj.neg_scale, adj.bias]
-
-
-def _scatter(adj: LogitAdjustment, at: np.ndarray, values: list[np.ndarray]) -> LogitAdjustment:
-    adj.pos_scale[at], adj.neg_scale[at], adj.bias[at] = values
-    return adj
+    bias[np.searchsorted(ids, s.mask_token_id)] = -np.inf  # -inf absorbs every other term
+    return ids, values
 
 
 def block_extent(block: Sequence[int], s: DecodingSettings, remaining: int) -> tuple[int, bool]:

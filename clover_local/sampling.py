@@ -8,7 +8,6 @@ per row, which a one-row `ar` step has and a block-wide preview (one bias for al
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,8 +17,9 @@ from .backend import Backend, Capabilities, LogitAdjustment, Routing
 
 def gumbel(adj: LogitAdjustment, temperature: float, rng: np.random.Generator) -> LogitAdjustment:
     """The adjustment plus temperature-scaled Gumbel noise on its bias."""
-    noise = rng.gumbel(size=adj.bias.shape).astype(np.float32)
-    return dataclasses.replace(adj, bias=adj.bias + np.float32(temperature) * noise)
+    pos_scale, neg_scale, bias = adj.vectors()
+    noise = rng.gumbel(size=bias.shape).astype(np.float32)
+    return LogitAdjustment.from_vectors(pos_scale, neg_scale, bias + np.float32(temperature) * noise)
 
 
 class GumbelBackend:

@@ -75,7 +75,7 @@ def test_head_picks_follow_the_logit_adjustment(gguf_factory):
     with engine(path) as eng:
         prompt, block = prompt_and_block(eng.vocab_size, ref.cfg.mask_token_id)
         v = eng.vocab_size
-        adj = LogitAdjustment(
+        adj = LogitAdjustment.from_vectors(
             rng.uniform(0.5, 1.5, v).astype(np.float32),
             rng.uniform(0.5, 1.5, v).astype(np.float32),
             rng.normal(0, 3, v).astype(np.float32),
@@ -172,7 +172,9 @@ def test_coreset_experts_per_layer_match_the_reference(gguf_factory, setting, ke
     ref = ReferenceModel.from_checkpoint(ckpt, **setting)
     state = ref.new_state()
     found: dict[str, np.ndarray] = {}
-    with engine(path, coreset=True, eval_callback=coreset_recorder(found), **setting) as eng:
+    routing = {k: v for k, v in setting.items() if k != "coreset_size"}
+    with engine(path, coreset=True, eval_callback=coreset_recorder(found), **routing) as eng:
+        eng.bench_tuning(coreset_size=setting.get("coreset_size", 0))
         prompt, block = prompt_and_block(eng.vocab_size, ref.cfg.mask_token_id)
         eng.causal_logits(prompt)
         ref.commit(prompt, state)
@@ -192,8 +194,8 @@ def test_chunked_expert_dispatch_computes_the_same_passes(gguf_factory, chunk):
     of the unsplit graph (8 = the block: no split), up to float order (matmul paths differ by batch)."""
     ckpt, path = gguf_factory("tiny")
     mask = CheckpointConfig.from_dir(ckpt).model.mask_token_id
-    with engine(path, moe_chunk=chunk) as a, engine(path, moe_chunk=0) as b:
-        assert a.moe_chunk == chunk
+    with engine(path) as a, engine(path) as b:
+        a.bench_tuning(moe_chunk=chunk)
         prompt, block = prompt_and_block(a.vocab_size, mask)
         for eng in (a, b):
             eng.causal_logits(prompt)
@@ -221,5 +223,22 @@ def test_ar_only_file_runs_causally_and_refuses_previews(gguf_factory):
 
         from clover_local.llama import capi
 
-        toks = (ll.llama_token * len(block))(*block)
-        assert capi.llama_clover_preview(eng.ctx, 0, toks, len(block), False, 1.0) < 0
+        params = capi.llama_clover_pass_default_params()
+        params.block, params.n_block = (ll.llama_token * len(block))(*block), len(block)
+        assert capi.llama_clover_pass(eng.ctx, ctypes.byref(params)) < 0
+
+
+def test_ar_steps_pick_what_plain_llama_cpp_greedy_decoding_picks(gguf_factory):
+    """The clover head's two-stage argmax over the graph's logits equals llama.cpp's own greedy
+    sampler on the same file (`llama.upstream`, the baseline of `clover bench`), token for token."""
+    from clover_local.llama.upstream import greedy_decode
+
+    _, path = gguf_factory("tiny")
+    with engine(path) as eng:
+        prompt = np.random.default_rng(3).integers(0, eng.vocab_size, 9).tolist()
+        plain, tok_s = greedy_decode(eng, prompt, 12)
+        ident = LogitAdjustment.identity(eng.vocab_size)
+        ours = [eng.prefill(prompt, ident)[0]]
+        for _ in range(11):
+            ours.append(eng.commit([ours[-1]], ident)[0])
+    assert ours == plain and tok_s > 0

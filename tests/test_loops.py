@@ -189,8 +189,9 @@ def test_numpy_backend_picks_after_the_adjustment(tiny):
     backend = NumpyBackend(model)
     plain = LogitAdjustment.identity(backend.vocab_size)
     token, _ = backend.prefill(PROMPT, plain)
-    banned = LogitAdjustment.identity(backend.vocab_size)
-    banned.bias[token] = -1e9
+    banned = LogitAdjustment(
+        np.array([token]), np.array([[1.0, 1.0, -1e9]], dtype=np.float32), backend.vocab_size
+    )
     state = model.new_state()
     expected = pick(model.commit(PROMPT, state)[-1:], banned)
     assert backend.prefill(PROMPT, banned) == (int(expected[0][0]), float(expected[1][0]))

@@ -125,7 +125,7 @@ def graph_nodes(checkpoint_factory, tmp_path_factory) -> set[tuple[str, str, tup
         adjs = row_adjustments(s, eng.vocab_size, [], [], rows)
         eng.verify_and_draft(rows, adjs, rng.integers(0, eng.vocab_size, 8).tolist())
         # a forced coreset size and the chunked expert dispatch
-        eng.coreset_size, eng.moe_chunk = 3, 3
+        eng.bench_tuning(coreset_size=3, moe_chunk=3)
         eng.preview_logits(rng.integers(0, eng.vocab_size, 8).tolist())
         eng.causal_logits(rng.integers(0, eng.vocab_size, 8).tolist())
     return nodes

@@ -30,13 +30,28 @@ def pristine(tmp_path_factory) -> Path:
 
 
 def test_series_is_numbered_and_in_format_patch_style():
+    # two numbered groups: 00xx the model (llama.cpp's src/), 01xx ggml-cuda kernels, each 1..n
     patches = build.series()
-    assert [p.name[:4] for p in patches] == [f"{i:04d}" for i in range(1, len(patches) + 1)]
+    groups: dict[int, list[Path]] = {}
     for p in patches:
-        head = p.read_text().splitlines()[:4]
-        assert head[0].startswith("From ") and head[3].startswith(
-            f"Subject: [PATCH {int(p.name[:4])}/{len(patches)}]"
-        )
+        groups.setdefault(int(p.name[:4]) // 100, []).append(p)
+    assert sorted(groups) == list(range(len(groups)))
+    for g, members in groups.items():
+        assert [p.name[:4] for p in members] == [f"{100 * g + i:04d}" for i in range(1, len(members) + 1)]
+        for i, p in enumerate(members, 1):
+            head = p.read_text().splitlines()[:4]
+            assert head[0].startswith("From ") and head[3].startswith(f"Subject: [PATCH {i}/{len(members)}]")
+
+
+def test_kernel_patches_touch_only_ggml_cuda():
+    for p in build.series():
+        if p.name.startswith("01"):
+            files = [
+                line.split(" b/", 1)[1]
+                for line in p.read_text().splitlines()
+                if line.startswith("diff --git ")
+            ]
+            assert files and all(f.startswith("ggml/src/ggml-cuda/") for f in files), p.name
 
 
 def test_each_patch_applies_in_order_to_the_pristine_tree(pristine):
@@ -45,7 +60,7 @@ def test_each_patch_applies_in_order_to_the_pristine_tree(pristine):
         for check in (["--check"], []):
             res = subprocess.run(["git", "apply", *check, str(p)], cwd=vendor, capture_output=True, text=True)
             assert res.returncode == 0, f"{p.name}: {res.stderr}"
-    assert "llama_clover_preview" in (vendor / "include" / "llama.h").read_text()
+    assert "llama_clover_pass" in (vendor / "include" / "llama.h").read_text()
     assert (vendor / "src" / "models" / "clover-moe.cpp").is_file()
 
 

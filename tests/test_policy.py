@@ -33,13 +33,15 @@ def test_fill_rule_falls_back_to_the_single_most_confident():
 
 def test_adjustment_formula():
     logits = np.array([[2.0, -2.0, 0.0, 1.0]])
-    adj = LogitAdjustment(np.array([0.5, 0.5, 1, 1]), np.array([2.0, 2.0, 1, 1]), np.array([0, 0, 0.5, -1]))
+    adj = LogitAdjustment.from_vectors(
+        np.array([0.5, 0.5, 1, 1]), np.array([2.0, 2.0, 1, 1]), np.array([0, 0, 0.5, -1])
+    )
     np.testing.assert_allclose(adjust_logits(logits, adj), [[1.0, -4.0, 0.5, 0.0]])
 
 
 def test_pick_returns_argmax_and_probability_after_adjustment():
     logits = np.array([[1.0, 3.0, 2.0], [0.0, 0.0, 5.0]])
-    adj = LogitAdjustment(np.ones(3), np.ones(3), np.array([0.0, -2.5, 0.0]))
+    adj = LogitAdjustment.from_vectors(np.ones(3), np.ones(3), np.array([0.0, -2.5, 0.0]))
     tokens, probs = pick(logits, adj)
     assert tokens.tolist() == [2, 2]
     e = np.exp([1.0, 0.5, 2.0])

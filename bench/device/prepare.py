@@ -7,8 +7,9 @@ Writes (keep the total under ~40 MiB: the working tree that travels is limited t
 - `.devcarry/llama-src.tar.gz`: the pinned llama-cpp-python sdist (`patches/source.py`),
   with `patches/*.patch` applied the way `patches/build.py` applies them (its own function when it
   has one, else `patch -p1` in `vendor/llama.cpp`), minus everything a CUDA build of the Python
-  wheel does not compile (docs, media, models except `ggml-vocab-qwen35.gguf`, tests, examples,
-  tools except what CMake still reads, unused ggml backends);
+  wheel does not compile (docs, media, models except `ggml-vocab-qwen35.gguf`, tests except
+  `test-backend-ops.cpp` for `kernels.sh`, examples, tools except what CMake still reads, unused
+  ggml backends);
 - `.devcarry/wheels/`: pure-Python wheels the device image lacks (gguf, diskcache);
 - `.devcarry/meta.json`: commit, dirty files, applied patches and their sha256, sdist version;
 - with `--prebuilt BUILD_DIR`, `.devcarry/site.tar.gz`: the `llama_cpp` package installed here with
@@ -47,7 +48,6 @@ DROP_VENDOR = [
     "docs",
     "media",
     "benches",
-    "tests",
     "examples",
     "pocs",
     "app",
@@ -69,6 +69,8 @@ DROP_VENDOR = [
     ".git",
 ]
 KEEP_MODELS = {"ggml-vocab-qwen35.gguf"}
+# tests/ files kept: the op checks of bench/device/kernels.sh compile test-backend-ops (ggml only)
+KEEP_TESTS = {"test-backend-ops.cpp"}
 UNUSED_BACKENDS = [
     "ggml-cann",
     "ggml-et",
@@ -144,6 +146,9 @@ def prune(src_root: Path) -> None:
     v = src_root / "vendor" / "llama.cpp"
     for d in DROP_VENDOR:
         rm(v / d)
+    for f in (v / "tests").iterdir():
+        if f.name not in KEEP_TESTS:
+            rm(f)
     for f in (v / "models").iterdir():
         if f.name not in KEEP_MODELS:
             rm(f)

@@ -49,7 +49,7 @@ def run(model: str, kind: str, prefix: int) -> dict:
     toks = lambda n: [int(t) for t in rng.integers(0, min(V, 248000), size=n)]  # noqa: E731
     block = [mask if i % 2 else t for i, t in enumerate(toks(BLOCK))]
     eng.prefill(toks(prefix), adj)
-    eng.coreset_size = 8 if kind == "preview-c8" else 0
+    eng.bench_tuning(coreset_size=8 if kind == "preview-c8" else 0)
     routing = Routing(kind == "preview-c8", eng.default_routing.top_p)  # the coreset only for preview-c8
     batch = ll.llama_batch_init(1, 0, 1)
     p0 = eng.n_past

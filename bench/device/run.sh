@@ -9,6 +9,8 @@
 #   STAGES    comma list of build,gen,convert,baseline,clover,parity,cbench,nographs (default: all)
 #             cbench: `clover bench --simulate` on the largest clover file of the first quant;
 #             nographs: its engine passes again with GGML_CUDA_DISABLE_GRAPHS=1 (what CUDA graphs buy)
+#             legacy: every clover file of the first quant again with GGML_CUDA_CLOVER_LEGACY=1 (the
+#             01xx kernels back on upstream's paths, same build: before/after), tag <file>-legacy
 #             profile: one pass of each kind under Nsight Compute on the smallest clover file
 #             (bench/device/profile.py: GPU time per kernel kind against the pass's wall time)
 #   LAYERS    layer counts to time, e.g. "4 8"; the largest is generated and converted, the
@@ -233,7 +235,7 @@ clover_bench() {  # $1 gguf, $2 tag: the runtime's own `clover bench` on the sam
     || { note "clover-bench-$2" "clover bench failed"; rm -f "$WORK/clover-bench-$2.json"; }
 }
 [ -n "${RETIME:-}" ] && rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
-if want baseline || want clover || want parity || want cbench || want nographs || want profile; then
+if want baseline || want clover || want parity || want cbench || want nographs || want legacy || want profile; then
   wait_build || note timings "no CUDA wheel"
 fi
 # The image builds with /opt/gcc (its own GCC), whose libstdc++ need not be the one the dynamic
@@ -280,6 +282,11 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
   FIRSTQ=${QUANTS%% *}
   LASTCLOVER="$WORK/clover-$LMAX-$FIRSTQ.gguf"
   if want cbench && [ "$PATCHED" = 1 ] && [ -f "$LASTCLOVER" ]; then clover_bench "$LASTCLOVER" "clover-$LMAX-$FIRSTQ"; fi
+  if want legacy && [ "$PATCHED" = 1 ]; then
+    for f in $(variants "$FIRSTQ" ""); do
+      GGML_CUDA_CLOVER_LEGACY=1 time_file "$f" "$(basename "$f" .gguf)-legacy" --pp "${PP%%,*}" --no-sim
+    done
+  fi
   if want nographs && [ "$PATCHED" = 1 ] && [ -f "$LASTCLOVER" ]; then
     GGML_CUDA_DISABLE_GRAPHS=1 time_file "$LASTCLOVER" "clover-$LMAX-$FIRSTQ-nographs" --pp "" --no-sim
   fi

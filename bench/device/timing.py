@@ -243,8 +243,8 @@ def device_bandwidth() -> tuple[float, str]:
         return 4.27e12, f"assumed 4.27 TB/s (H200 copy bandwidth from the issue): {e}"
 
 
-def engine_passes(eng, args, rng, adj, mask: int) -> dict:
-    """One set of pass timings at the engine's current settings (`moe_chunk`)."""
+def engine_passes(eng, args, rng, adj, mask: int, chunk: int) -> dict:
+    """One set of pass timings with the routed experts dispatched in chunks of `chunk` rows."""
     from clover_local.backend import Routing, RowAdjustments
 
     V = eng.vocab_size
@@ -260,7 +260,7 @@ def engine_passes(eng, args, rng, adj, mask: int) -> dict:
     if not eng.has_diffusion:
         return out
 
-    eng.coreset_size = 0
+    eng.bench_tuning(coreset_size=0, moe_chunk=chunk)
     top_p = eng.default_routing.top_p
     for routing in (Routing(False, top_p), Routing(True, top_p)):
         on = routing.coreset
@@ -272,12 +272,12 @@ def engine_passes(eng, args, rng, adj, mask: int) -> dict:
 
     sizes = {}
     for n in CORESET_SIZES:
-        eng.coreset_size = n
+        eng.bench_tuning(coreset_size=n, moe_chunk=chunk)
         sizes[str(n)] = timed(
             lambda: eng.preview(block(), adj, Routing(True, top_p)), args.reps, args.warmup
         )["median"]
         log(f"  preview, coreset forced to {n} experts: {sizes[str(n)]:.3f} ms")
-    eng.coreset_size = 0
+    eng.bench_tuning(coreset_size=0, moe_chunk=chunk)
     out["preview_ms_by_coreset"] = sizes
 
     # the fused pass (32 causal rows + the next block's preview), rolled back after each run
@@ -335,14 +335,12 @@ def run_engine(path: str, args, rng, res: dict) -> None:
 
         by_chunk = {}
         for chunk in args.moe_chunks:
-            eng.moe_chunk = chunk
+            eng.bench_tuning(moe_chunk=chunk)
             log(f"engine passes, routed experts dispatched in chunks of {chunk or 'all'} rows")
-            by_chunk[str(chunk)] = engine_passes(eng, args, rng, adj, mask)
+            by_chunk[str(chunk)] = engine_passes(eng, args, rng, adj, mask, chunk)
         res["by_moe_chunk"] = by_chunk
-        # headline: the engine's default dispatch (the other settings stay in by_moe_chunk)
-        from clover_local.llama.engine import MOE_CHUNK_GPU
-
-        best = str(MOE_CHUNK_GPU) if str(MOE_CHUNK_GPU) in by_chunk else next(iter(by_chunk))
+        # headline: the engine's default dispatch, one (the other settings stay in by_moe_chunk)
+        best = "0" if "0" in by_chunk else next(iter(by_chunk))
         res["moe_chunk"] = int(best)
         res.update(by_chunk[best])
         # the headline AR step stays the plain C API's (run_raw); the engine's is beside it
@@ -363,7 +361,7 @@ def run_engine(path: str, args, rng, res: dict) -> None:
             skipped["simulation"] = "--no-sim"
             return
         # labelled simulations through the real loops (loops.diffusion_loop, speculative.speculative_loop)
-        eng.moe_chunk = int(best)
+        eng.bench_tuning(moe_chunk=int(best))
         # previews without the coreset, as these runs have always measured them
         s = DecodingSettings(
             mask_token_id=mask,

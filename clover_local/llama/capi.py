@@ -19,7 +19,7 @@ llama_context_p_ctypes = _llama.llama_context_p_ctypes
 llama_token_p = _llama.llama_token_p
 llama_seq_id = _llama.llama_seq_id
 
-PATCHED = hasattr(_lib, "llama_clover_preview")
+PATCHED = hasattr(_lib, "llama_clover_pass")
 
 
 # LLAMA_API bool llama_model_is_clover(const struct llama_model * model);
@@ -32,144 +32,54 @@ def llama_model_is_clover(model: int, /) -> bool: ...
 def llama_model_clover_has_diffusion(model: int, /) -> bool: ...
 
 
-# LLAMA_API int32_t llama_clover_set_adjust(
+class llama_clover_pass_params(ctypes.Structure):
+    """`struct llama_clover_pass_params`: one pass's rows, head and adjustment entries."""
+
+    _fields_ = [
+        ("seq_id", llama_seq_id),
+        ("tokens", llama_token_p),
+        ("n_tokens", ctypes.c_int32),
+        ("block", llama_token_p),
+        ("n_block", ctypes.c_int32),
+        ("all_causal", ctypes.c_bool),
+        ("logits", ctypes.c_bool),
+        ("coreset", ctypes.c_bool),
+        ("coreset_top_p", ctypes.c_float),
+        ("n_adjust", ctypes.c_int32),
+        ("n_adjust_rows", ctypes.c_int32),
+        ("adjust_ids", ctypes.c_void_p),
+        ("adjust_values", ctypes.c_void_p),
+        ("out_tokens", ctypes.c_void_p),
+        ("out_probs", ctypes.c_void_p),
+    ]
+
+
+# LLAMA_API struct llama_clover_pass_params llama_clover_pass_default_params(void);
+@ctypes_function("llama_clover_pass_default_params", [], llama_clover_pass_params, enabled=PATCHED)
+def llama_clover_pass_default_params() -> llama_clover_pass_params: ...
+
+
+# LLAMA_API int32_t llama_clover_pass(
 #         struct llama_context * ctx,
-#                  const float * pos_scale,
-#                  const float * neg_scale,
-#                  const float * bias);
+#         const struct llama_clover_pass_params * params);
 @ctypes_function(
-    "llama_clover_set_adjust",
-    [llama_context_p_ctypes, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p],
+    "llama_clover_pass",
+    [llama_context_p_ctypes, ctypes.POINTER(llama_clover_pass_params)],
     ctypes.c_int32,
     enabled=PATCHED,
 )
-def llama_clover_set_adjust(
-    ctx: int, pos_scale: int | None, neg_scale: int | None, bias: int | None, /
-) -> int: ...
+def llama_clover_pass(ctx: int, params: ctypes._Pointer, /) -> int: ...
 
 
-# LLAMA_API void llama_clover_set_head(struct llama_context * ctx, bool enabled, bool logits);
+# LLAMA_API void llama_clover_bench_tuning(
+#         struct llama_context * ctx, int32_t coreset_size, int32_t moe_chunk);
 @ctypes_function(
-    "llama_clover_set_head", [llama_context_p_ctypes, ctypes.c_bool, ctypes.c_bool], None, enabled=PATCHED
-)
-def llama_clover_set_head(ctx: int, enabled: bool, logits: bool, /) -> None: ...
-
-
-# LLAMA_API void llama_clover_set_coreset_size(struct llama_context * ctx, int32_t n_experts);
-@ctypes_function(
-    "llama_clover_set_coreset_size", [llama_context_p_ctypes, ctypes.c_int32], None, enabled=PATCHED
-)
-def llama_clover_set_coreset_size(ctx: int, n_experts: int, /) -> None: ...
-
-
-# LLAMA_API void llama_clover_set_moe_chunk(struct llama_context * ctx, int32_t n_rows);
-@ctypes_function(
-    "llama_clover_set_moe_chunk", [llama_context_p_ctypes, ctypes.c_int32], None, enabled=PATCHED
-)
-def llama_clover_set_moe_chunk(ctx: int, n_rows: int, /) -> None: ...
-
-
-# LLAMA_API int32_t llama_clover_preview(
-#         struct llama_context * ctx,
-#                 llama_seq_id   seq_id,
-#            const llama_token * tokens,
-#                      int32_t   n_tokens,
-#                         bool   coreset,
-#                        float   top_p);
-@ctypes_function(
-    "llama_clover_preview",
-    [llama_context_p_ctypes, llama_seq_id, llama_token_p, ctypes.c_int32, ctypes.c_bool, ctypes.c_float],
-    ctypes.c_int32,
+    "llama_clover_bench_tuning",
+    [llama_context_p_ctypes, ctypes.c_int32, ctypes.c_int32],
+    None,
     enabled=PATCHED,
 )
-def llama_clover_preview(
-    ctx: int, seq_id: int, tokens: ctypes.Array, n_tokens: int, coreset: bool, top_p: float, /
-) -> int: ...
-
-
-# LLAMA_API int32_t llama_clover_set_row_adjust(
-#         struct llama_context * ctx,
-#            const llama_token * ids,
-#                      int32_t   n_ids,
-#                  const float * pos_scale,
-#                  const float * neg_scale,
-#                  const float * bias,
-#                      int32_t   n_rows);
-@ctypes_function(
-    "llama_clover_set_row_adjust",
-    [
-        llama_context_p_ctypes,
-        ctypes.c_void_p,
-        ctypes.c_int32,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_int32,
-    ],
-    ctypes.c_int32,
-    enabled=PATCHED,
-)
-def llama_clover_set_row_adjust(
-    ctx: int,
-    ids: int | None,
-    n_ids: int,
-    pos_scale: int | None,
-    neg_scale: int | None,
-    bias: int | None,
-    n_rows: int,
-    /,
-) -> int: ...
-
-
-# LLAMA_API int32_t llama_clover_verify_and_draft(
-#         struct llama_context * ctx,
-#                 llama_seq_id   seq_id,
-#            const llama_token * tokens,
-#                      int32_t   n_tokens,
-#            const llama_token * block,
-#                      int32_t   n_block,
-#                         bool   coreset,
-#                        float   top_p);
-@ctypes_function(
-    "llama_clover_verify_and_draft",
-    [
-        llama_context_p_ctypes,
-        llama_seq_id,
-        llama_token_p,
-        ctypes.c_int32,
-        llama_token_p,
-        ctypes.c_int32,
-        ctypes.c_bool,
-        ctypes.c_float,
-    ],
-    ctypes.c_int32,
-    enabled=PATCHED,
-)
-def llama_clover_verify_and_draft(
-    ctx: int,
-    seq_id: int,
-    tokens: ctypes.Array,
-    n_tokens: int,
-    block: ctypes.Array,
-    n_block: int,
-    coreset: bool,
-    top_p: float,
-    /,
-) -> int: ...
-
-
-# LLAMA_API int32_t llama_clover_get_rows(
-#         struct llama_context * ctx,
-#                  llama_token * tokens,
-#                        float * probs,
-#                      int32_t   n_max);
-@ctypes_function(
-    "llama_clover_get_rows",
-    [llama_context_p_ctypes, llama_token_p, ctypes.POINTER(ctypes.c_float), ctypes.c_int32],
-    ctypes.c_int32,
-    enabled=PATCHED,
-)
-def llama_clover_get_rows(ctx: int, tokens: ctypes.Array, probs: ctypes.Array, n_max: int, /) -> int: ...
+def llama_clover_bench_tuning(ctx: int, coreset_size: int, moe_chunk: int, /) -> None: ...
 
 
 # ggml: enough of `struct ggml_tensor` (ggml/include/ggml.h of the pinned tree) to walk a graph node

@@ -1,8 +1,9 @@
 """The llama.cpp backend: one Clover sequence on a patched llama.cpp context (`backend.Backend`).
 
-Every pass runs the clover head in the graph (logit adjustment, softmax, argmax), so a pass reads
-back per row only the greedy token and its probability; full logits are copied out only when a
-caller asks for them (`causal_logits`, `preview_logits`: verification and tests).
+Every pass is one call of `llama_clover_pass` (causal rows, then block rows previewed after them)
+with its logit adjustment as a few entries per row. The clover head runs in the graph, so a pass
+reads back per row only the greedy token and its probability; full logits are copied out only
+when a caller asks for them (`causal_logits`, `preview_logits`: verification and tests).
 """
 
 from __future__ import annotations
@@ -23,9 +24,6 @@ from . import capi
 GGML_TYPE_F32 = 0
 GGML_LOG_LEVEL_ERROR = 4
 SEQ = 0
-# routed-expert chunk (rows) for passes with layers on a GPU. 0 (one dispatch): on the H200 chunks of 8
-# left the preview unchanged and slowed small coresets (docs/performance.md, H200, 2026-11-30)
-MOE_CHUNK_GPU = 0
 
 # bool (*ggml_backend_sched_eval_callback)(struct ggml_tensor * t, bool ask, void * user_data), on ggml_tensor
 EvalCallback = Callable[["ctypes._Pointer[capi.ggml_tensor]", bool], bool]
@@ -55,10 +53,9 @@ def _failed(what: str) -> EngineError:
 def keep_freed_memory() -> None:
     """Let glibc keep freed memory instead of returning it to the system.
 
-    Each pass builds a few vocabulary-sized vectors (the logit adjustment: 3 x 1 MB at vocab
-    248320). With glibc's defaults that memory goes back to the system when freed and is
-    page-faulted in again by the next pass: `policy.adjustment` took 1.1 ms, 0.11 ms with freed
-    memory kept (this 2-core VM). Process-wide, so once per process, where glibc's `mallopt` exists.
+    Vocabulary-sized arrays (full logits for verification, sampled adjustments) would otherwise go
+    back to the system when freed and be page-faulted in again by the next pass
+    (docs/performance.md). Process-wide, so once per process, where glibc's `mallopt` exists.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -87,9 +84,6 @@ class LlamaEngine:
     verification: block_size more copies of every GDN layer's conv and recurrent state; `coreset` and
     `coreset_top_p` give `default_routing`, the routing of previews given none (None: the GGUF's
     `clover-moe.diffusion.coreset_*`);
-    `coreset_size` > 0 forces the coreset to that many experts instead of the top_p prefix
-    (benchmarks); `moe_chunk` dispatches the routed experts of passes of at most 64 rows in chunks
-    of that many rows (0: one dispatch; see `MOE_CHUNK_GPU`);
     `eval_callback` is llama.cpp's `cb_eval`, called for every graph node (tests inspect ops and
     intermediates). llama.cpp's log is dropped except error lines, which end up in `EngineError`
     messages; `log=True` leaves it on stderr and installs no Python log callback.
@@ -109,8 +103,6 @@ class LlamaEngine:
         eval_callback: EvalCallback | None = None,
         log: bool = False,
         speculative: bool = False,
-        coreset_size: int = 0,
-        moe_chunk: int | None = None,
     ):
         require_patched()
         keep_freed_memory()
@@ -167,34 +159,22 @@ class LlamaEngine:
         self.reuse = Reuse(0, "none")  # what the last prefill kept
         self.checkpoint_at: int | None = None  # the next prefill's checkpoint position (`prefill`)
         self.n_rs_seq = ll.llama_n_rs_seq(self.ctx)
-        self._adjusted = False
         self._pass_start: int | None = None  # first position of the last verification's causal rows
-        # bytes the passes moved between host and model (rows and logits read, adjustments written)
+        # bytes the passes moved between host and model (rows and logits read, adjustment entries written)
         self.bytes_read = self.bytes_written = 0
-        self.coreset_size = coreset_size
-        self.moe_chunk = (MOE_CHUNK_GPU if n_gpu_layers != 0 else 0) if moe_chunk is None else moe_chunk
+        self._params = capi.llama_clover_pass_default_params()
+        self._tok = (ll.llama_token * self.n_batch)()
+        self._prob = (ctypes.c_float * self.n_batch)()
+        self._params.out_tokens = ctypes.addressof(self._tok)
+        self._params.out_probs = ctypes.addressof(self._prob)
 
-    @property
-    def coreset_size(self) -> int:
-        return self._coreset_size
-
-    @coreset_size.setter
-    def coreset_size(self, n: int) -> None:
-        if n < 0:
-            raise ValueError(f"coreset_size must be >= 0, got {n}")
-        capi.llama_clover_set_coreset_size(self.ctx, n)
-        self._coreset_size = n
-
-    @property
-    def moe_chunk(self) -> int:
-        return self._moe_chunk
-
-    @moe_chunk.setter
-    def moe_chunk(self, n: int) -> None:
-        if n < 0:
-            raise ValueError(f"moe_chunk must be >= 0, got {n}")
-        capi.llama_clover_set_moe_chunk(self.ctx, n)
-        self._moe_chunk = n
+    def bench_tuning(self, coreset_size: int = 0, moe_chunk: int = 0) -> None:
+        """Benchmarks only (`llama_clover_bench_tuning`): force every coreset to `coreset_size`
+        experts (0: the top_p prefix) and dispatch the routed experts of passes of at most 64 rows in
+        chunks of `moe_chunk` rows (0: one dispatch)."""
+        if coreset_size < 0 or moe_chunk < 0:
+            raise ValueError(f"coreset_size and moe_chunk must be >= 0, got {coreset_size}, {moe_chunk}")
+        capi.llama_clover_bench_tuning(self.ctx, coreset_size, moe_chunk)
 
     def _meta(self, key: str, default: str) -> str:
         buf = ctypes.create_string_buffer(256)
@@ -239,12 +219,17 @@ class LlamaEngine:
     def preview(
         self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        return self._preview(block, adj, logits=False, routing=routing)[:2]
+        self._require_diffusion(block)
+        return self._pass([], block, adj.ids, adj.values[None], routing=routing)
 
     def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+        if len(tokens) == 0:
+            raise ValueError("a pass needs at least one token")
+        self._pass_start = None  # the snapshots now belong to this pass
         with self._appending(tokens):
-            tok, prob, _ = self._decode(tokens, adj, all_rows=False, logits=False)
-        return int(tok[-1]), float(prob[-1])
+            for start in range(0, len(tokens), self.n_batch):
+                tok, prob = self._pass(tokens[start : start + self.n_batch], [], adj.ids, adj.values[None])
+        return int(tok[0]), float(prob[0])
 
     # backend.SpeculativeBackend
 
@@ -256,46 +241,27 @@ class LlamaEngine:
         temperature: float = 0.0,
         routing: Routing | None = None,
     ) -> Verification:
-        """One graph (`llama_clover_verify_and_draft`): `tokens` run causally, keeping a recurrent-state
-        snapshot after every row (`speculative=True`), then the `preview` block over the state they
-        produce. The head picks causal row j under `adjs.row(j)` and the block under `adjs.last()`
-        (the base vector plus [rows, len(adjs.ids)] entries); full logits are read back only when
-        sampling."""
+        """One pass: `tokens` run causally, keeping a recurrent-state snapshot after every row
+        (`speculative=True`), then the `preview` block over the state they produce. The head picks
+        causal row j under `adjs.row(j)` and the block under `adjs.last()` (entries per row); full
+        logits are read back only when sampling."""
         if len(tokens) > self.n_rs_seq:
             raise EngineError(
                 f"a verification of {len(tokens)} rows needs as many recurrent-state snapshots "
                 f"(LlamaEngine(speculative=True) keeps {self.n_rs_seq})"
             )
-        if len(preview) and not self.has_diffusion:
-            raise EngineError(
-                "this GGUF has no block-diffusion tensors (converted with --ar-only): "
-                "drafts need a file converted without --ar-only"
-            )
+        self._require_diffusion(preview)
         start, sampled = self.n_past, temperature > 0
-        self._set_adjust(adjs.base)
         if len(tokens) and len(adjs.ids):
-            ids = np.ascontiguousarray(adjs.ids, dtype=np.int32)
-            rows = [
-                np.ascontiguousarray(a, dtype=np.float32) for a in (adjs.pos_scale, adjs.neg_scale, adjs.bias)
-            ]
-            rc = capi.llama_clover_set_row_adjust(
-                self.ctx, ids.ctypes.data, len(ids), *(r.ctypes.data for r in rows), len(tokens)
-            )
-            if rc != 0:
-                raise _failed(f"llama_clover_set_row_adjust failed ({rc})")
-            self.bytes_written += ids.nbytes + sum(r.nbytes for r in rows)
-        capi.llama_clover_set_head(self.ctx, False, sampled)
-        causal, block = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(preview))(*preview)
-        r = routing or self.default_routing
+            ids, values = adjs.entries()
+        else:
+            ids, values = adjs.base.ids, adjs.base.values[None]
         with self._appending(tokens):
-            rc = capi.llama_clover_verify_and_draft(
-                self.ctx, SEQ, causal, len(tokens), block, len(preview), r.coreset, r.top_p
+            tok, prob = self._pass(
+                tokens, preview, ids, values, all_causal=True, logits=sampled, routing=routing
             )
-            if rc != 0:
-                raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
         self._pass_start = start
         k, n = len(tokens), len(tokens) + len(preview)
-        tok, prob = self._rows(n)
         logits = self._logits(n) if sampled else None
         return Verification(
             tok[:k],
@@ -335,46 +301,39 @@ class LlamaEngine:
         block: Sequence[int],
         routing: Routing | None = None,
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
-        """`commit(tokens, adj)` then `preview(block, adj)` in one graph (`llama_clover_verify_and_draft`):
-        the causal rows append to the sequence, the block runs over the state they wrote (nothing is
-        kept of it). No rollback, so no recurrent-state snapshots: any engine, `speculative` or not.
-        Returns the last causal row's pick and the block's picks; more rows than a ubatch holds
-        run as the two passes."""
+        """`commit(tokens, adj)` then `preview(block, adj)` in one pass: the causal rows append to
+        the sequence, the block runs over the state they wrote (nothing is kept of it). No
+        rollback, so no recurrent-state snapshots: any engine, `speculative` or not. Returns the
+        last causal row's pick and the block's picks; more rows than a ubatch holds run as the two
+        passes."""
         if len(tokens) == 0:
             raise ValueError("a pass needs at least one token")
         if len(tokens) + len(block) > ll.llama_n_ubatch(self.ctx):
             return self.commit(tokens, adj), self.preview(block, adj, routing)
-        if len(block) and not self.has_diffusion:
-            raise EngineError(
-                "this GGUF has no block-diffusion tensors (converted with --ar-only): "
-                "previews need a file converted without --ar-only"
-            )
-        self._set_adjust(adj)
+        self._require_diffusion(block)
         self._pass_start = None  # a commit: nothing to roll back
-        capi.llama_clover_set_head(self.ctx, False, False)
-        causal, rows = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(block))(*block)
-        r = routing or self.default_routing
         with self._appending(tokens):
-            rc = capi.llama_clover_verify_and_draft(
-                self.ctx, SEQ, causal, len(tokens), rows, len(block), r.coreset, r.top_p
-            )
-            if rc != 0:
-                raise _failed(f"llama_clover_verify_and_draft failed ({rc})")
-        k = len(tokens)
-        tok, prob = self._rows(k + len(block))
-        return (int(tok[k - 1]), float(prob[k - 1])), (tok[k:], prob[k:])
+            tok, prob = self._pass(tokens, block, adj.ids, adj.values[None], routing=routing)
+        return (int(tok[0]), float(prob[0])), (tok[1:], prob[1:])
 
     # verification and tests
 
     def causal_logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Commit `tokens` and return their causal logits [T, V] (unadjusted)."""
+        self._pass_start = None
+        out = []
         with self._appending(tokens):
-            out = self._decode(tokens, LogitAdjustment.identity(self.vocab_size), all_rows=True, logits=True)
-        return out[2]
+            for start in range(0, len(tokens), self.n_batch):
+                chunk = tokens[start : start + self.n_batch]
+                self._pass(chunk, [], *_NO_ENTRIES, all_causal=True, logits=True)
+                out.append(self._logits(len(chunk)))
+        return np.concatenate(out)
 
     def preview_logits(self, block: Sequence[int]) -> np.ndarray:
         """A preview's logits [B, V] (unadjusted); the state is untouched."""
-        return self._preview(block, LogitAdjustment.identity(self.vocab_size), logits=True)[2]
+        self._require_diffusion(block)
+        self._pass([], block, *_NO_ENTRIES, logits=True)
+        return self._logits(len(block))
 
     def reset(self) -> None:
         """Forget the sequence."""
@@ -438,88 +397,52 @@ class LlamaEngine:
 
     # internals
 
-    def _set_adjust(self, adj: LogitAdjustment) -> None:
-        identity = not adj.bias.any() and (adj.pos_scale == 1).all() and (adj.neg_scale == 1).all()
-        if identity and not self._adjusted:
-            return
-        if identity:
-            capi.llama_clover_set_adjust(self.ctx, None, None, None)
-        else:
-            rows = [
-                np.ascontiguousarray(a, dtype=np.float32) for a in (adj.pos_scale, adj.neg_scale, adj.bias)
-            ]
-            if any(r.shape != (self.vocab_size,) for r in rows):
-                raise ValueError(f"logit adjustment vectors must have {self.vocab_size} entries")
-            capi.llama_clover_set_adjust(self.ctx, *(r.ctypes.data for r in rows))
-            self.bytes_written += sum(r.nbytes for r in rows)
-        self._adjusted = not identity
+    def _require_diffusion(self, block: Sequence[int]) -> None:
+        if len(block) and not self.has_diffusion:
+            raise EngineError(
+                "this GGUF has no block-diffusion tensors (converted with --ar-only): "
+                "previews need a file converted without --ar-only"
+            )
 
-    def _rows(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        tok = (ll.llama_token * n)()
-        prob = (ctypes.c_float * n)()
-        got = capi.llama_clover_get_rows(self.ctx, tok, prob, n)
-        if got != n:
-            raise EngineError(f"the clover head returned {got} rows, expected {n}")
-        self.bytes_read += ctypes.sizeof(tok) + ctypes.sizeof(prob)
-        return np.frombuffer(tok, dtype=np.int32).astype(np.int64), np.frombuffer(
-            prob, dtype=np.float32
-        ).copy()
+    def _pass(
+        self,
+        tokens: Sequence[int],
+        block: Sequence[int],
+        ids: np.ndarray,
+        values: np.ndarray,
+        all_causal: bool = False,
+        logits: bool = False,
+        routing: Routing | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One `llama_clover_pass`: causal `tokens`, then `block` previewed after them under
+        `routing` (None: `default_routing`); adjustment entries `ids` [n] with `values` [rows, n, 3]
+        (head row i takes row min(i, rows - 1)). Returns the head rows' tokens and probabilities:
+        every causal row with `all_causal`, else the last one, then every block row."""
+        p, r = self._params, routing or self.default_routing
+        causal, rows = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(block))(*block)
+        p.tokens, p.n_tokens, p.block, p.n_block = causal, len(tokens), rows, len(block)
+        p.all_causal, p.logits = all_causal, logits
+        p.coreset, p.coreset_top_p = r.coreset, r.top_p
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        ids = np.ascontiguousarray(ids, dtype=np.int32)
+        if len(values) > 1:  # the same ids for every row: [rows][n] as the C API reads them
+            ids = np.ascontiguousarray(np.broadcast_to(ids, values.shape[:2]))
+        p.n_adjust, p.n_adjust_rows = values.shape[1], values.shape[0]
+        p.adjust_ids, p.adjust_values = ids.ctypes.data, values.ctypes.data
+        rc = capi.llama_clover_pass(self.ctx, ctypes.byref(p))
+        if rc != 0:
+            raise _failed(f"llama_clover_pass failed ({rc})")
+        n = (len(tokens) if all_causal else min(len(tokens), 1)) + len(block)
+        self.bytes_written += ids.nbytes + values.nbytes
+        self.bytes_read += 8 * n
+        tok = np.frombuffer(self._tok, dtype=np.int32, count=n).astype(np.int64)
+        return tok, np.frombuffer(self._prob, dtype=np.float32, count=n).copy()
 
     def _logits(self, n: int) -> np.ndarray:
         ptr = ll.llama_get_logits(self.ctx)
         self.bytes_read += 4 * n * self.vocab_size
         return np.ctypeslib.as_array(ptr, shape=(n, self.vocab_size)).copy()
 
-    def _decode(
-        self, tokens: Sequence[int], adj: LogitAdjustment, all_rows: bool, logits: bool
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        if len(tokens) == 0:
-            raise ValueError("a pass needs at least one token")
-        self._set_adjust(adj)
-        self._pass_start = None  # the snapshots now belong to this pass
-        capi.llama_clover_set_head(self.ctx, True, logits)
-        toks, probs, outs = [], [], []
-        batch = ll.llama_batch_init(self.n_batch, 0, 1)
-        try:
-            for start in range(0, len(tokens), self.n_batch):
-                chunk = tokens[start : start + self.n_batch]
-                pos0 = self.n_past
-                for i, t in enumerate(chunk):
-                    batch.token[i] = t
-                    batch.pos[i] = pos0 + i
-                    batch.n_seq_id[i] = 1
-                    batch.seq_id[i][0] = SEQ
-                    batch.logits[i] = all_rows or start + i == len(tokens) - 1
-                batch.n_tokens = len(chunk)
-                rc = ll.llama_decode(self.ctx, batch)
-                if rc != 0:
-                    raise _failed(f"llama_decode failed ({rc})")
-                n_out = len(chunk) if all_rows else int(start + len(chunk) == len(tokens))
-                if n_out:
-                    t, p = self._rows(n_out)
-                    toks.append(t)
-                    probs.append(p)
-                    if logits:
-                        outs.append(self._logits(n_out))
-        finally:
-            ll.llama_batch_free(batch)
-            capi.llama_clover_set_head(self.ctx, False, True)
-        return np.concatenate(toks), np.concatenate(probs), np.concatenate(outs) if logits else None
 
-    def _preview(
-        self, block: Sequence[int], adj: LogitAdjustment, logits: bool, routing: Routing | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        if not self.has_diffusion:
-            raise EngineError(
-                "this GGUF has no block-diffusion tensors (converted with --ar-only): "
-                "previews need a file converted without --ar-only"
-            )
-        self._set_adjust(adj)
-        capi.llama_clover_set_head(self.ctx, False, logits)
-        arr = (ll.llama_token * len(block))(*block)
-        r = routing or self.default_routing
-        rc = capi.llama_clover_preview(self.ctx, SEQ, arr, len(block), r.coreset, r.top_p)
-        if rc != 0:
-            raise _failed(f"llama_clover_preview failed ({rc})")
-        tok, prob = self._rows(len(block))
-        return tok, prob, self._logits(len(block)) if logits else None
+# the identity adjustment as pass entries: none, one row
+_NO_ENTRIES = (np.zeros(0, dtype=np.int32), np.zeros((1, 0, 3), dtype=np.float32))

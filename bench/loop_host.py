@@ -1,0 +1,74 @@
+"""Host time of the `ar` loop per token, apart from the pass itself.
+
+    python bench/loop_host.py MODEL.gguf [--tokens 128] [--threads 2] [--profile]
+
+Runs `loops.ar_loop` on the llama.cpp engine and splits each step's wall time into the time
+spent inside `llama_clover_pass` (graph, compute, one synchronization) and the rest: the loop's
+and the engine's Python per token (the adjustment, the ctypes call, the events). `--profile`
+prints cProfile's top functions of the loop. Prints medians in microseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from clover_local import loops  # noqa: E402
+from clover_local.llama import capi, engine  # noqa: E402
+from clover_local.policy import DecodingSettings  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt", type=int, default=64, help="prompt length (random token ids)")
+    ap.add_argument("--profile", action="store_true", help="also print cProfile's top functions")
+    args = ap.parse_args(argv)
+
+    inside: list[float] = []
+    raw_pass = capi.llama_clover_pass
+
+    def timed_pass(ctx, params):  # noqa: ANN001, ANN202
+        t0 = time.perf_counter()
+        rc = raw_pass(ctx, params)
+        inside.append(time.perf_counter() - t0)
+        return rc
+
+    engine.capi.llama_clover_pass = timed_pass
+    with engine.LlamaEngine(args.model, n_ctx=args.prompt + args.tokens + 64, n_threads=args.threads) as eng:
+        mask = int(eng._meta("tokenizer.ggml.mask_token_id", "-1"))
+        s = DecodingSettings(
+            mask_token_id=mask, max_new_tokens=args.tokens, presence_penalty=1.5, stop_token_ids=(0,)
+        )
+        prompt = list(range(1, args.prompt + 1))
+        steps = []
+        for event in loops.ar_loop(eng, prompt, s):
+            if isinstance(event, loops.TokenEvent):
+                steps.append(event.seconds)
+        passes = inside[1 : 1 + len(steps)]  # inside[0] is the prefill
+        host = [s - p for s, p in zip(steps, passes, strict=True)]
+        print(f"{len(steps)} tokens: step {statistics.median(steps) * 1e6:.0f} us, ", end="")
+        print(f"llama_clover_pass {statistics.median(passes) * 1e6:.0f} us, ", end="")
+        print(f"host Python per token {statistics.median(host) * 1e6:.1f} us (median)")
+        if args.profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            loops.last_result(loops.ar_loop(eng, prompt, s))
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

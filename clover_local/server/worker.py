@@ -137,16 +137,20 @@ class Worker:
 
         mode = self.clover.mode
         try:
-            self.clover.mode = job.mode or mode  # the per-request mode; `allowed_modes` checked it
-            started = job.start(on_event)
+            try:
+                self.clover.mode = job.mode or mode  # the per-request mode; `allowed_modes` checked it
+                started = job.start(on_event)
+                if not isinstance(started, dict):
+                    job.send("started")
+                    for chunk in started:
+                        if job.cancelled.is_set():
+                            raise Cancelled
+                        job.send("chunk", chunk)
+            finally:
+                # before the answer ends: its client's next request (or /health) sees the server's mode
+                self.clover.mode = mode
             if isinstance(started, dict):
                 job.send("result", started)
-            else:
-                job.send("started")
-                for chunk in started:
-                    if job.cancelled.is_set():
-                        raise Cancelled
-                    job.send("chunk", chunk)
             job.send("done")
             self.counters.completed += 1
         except Cancelled:
@@ -155,8 +159,6 @@ class Worker:
         except Exception as e:  # the handler turns it into an error object; the worker keeps going
             self.counters.failed += 1
             job.send("error", e)
-        finally:
-            self.clover.mode = mode
 
 
 def allowed_modes(mode: str) -> tuple[str, ...]:

@@ -7,20 +7,26 @@ BIN    := $(VENV)/bin
 # machines' disk; an unpinned torch would pull a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: install install-reference test lint demo clean
+.PHONY: install install-reference browser test lint demo clean
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml patches/build.py $(wildcard patches/*.patch)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,server]'
 	$(BIN)/python patches/build.py --install
 	touch $@
 
 install-reference: install
 	$(BIN)/python -m pip install -q '$(TORCH)'
-	$(BIN)/python -m pip install -q -e '.[dev,reference]'
+	$(BIN)/python -m pip install -q -e '.[dev,server,reference]'
+
+# Debian's Chromium and its driver: tests/test_server.py drives the `clover serve` page in them
+# (headless; no browser download). Needs root (apt); the page test skips without them.
+browser:
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver)
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -10,7 +10,10 @@ statistics under `"clover"`. Everything is driven by one generator of decode eve
 A `Clover` runs one request at a time. A request runs only the prompt tokens the sequence does not
 already hold (`prompt_cache`: a continuation or the next chat turn keeps the history), so a
 stream closed early (or interrupted) leaves only committed tokens, which the next request keeps
-where its prompt repeats them.
+where its prompt repeats them. It may be shared by threads: calls are serialized by a lock
+(`guard`; a non-streaming request holds it to its end, a stream for each step); starting a request
+while a stream is open ends that stream with a RuntimeError. After `close()` every call raises
+`ClosedError` (a ValueError).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 
 from . import limits, memory, policy, speculative
 from .backend import Backend, Routing, SpeculativeBackend
+from .guard import Guard, serialized
 from .loops import BlockEvent, Event, PassEvent, Result, TokenEvent, ar_loop, diffusion_loop
 from .memory import MemoryEstimate
 from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
@@ -329,12 +333,17 @@ class Clover:
         # assign a new `SpeculativeSettings` to change them; temperature and seed come per request
         self.draft = speculative.SpeculativeSettings()
         self._request = 0
+        self._guard = Guard("this Clover")  # one call at a time; none after close()
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Free the model and context (the llama.cpp engine); the object is unusable afterwards."""
-        self.backend.close()
+        """Free the model and context (the llama.cpp engine), after the call in progress.
+
+        Idempotent; any later call raises `ClosedError` (a ValueError).
+        """
+        if self._guard.close():
+            self.backend.close()
 
     def __enter__(self) -> Clover:
         return self
@@ -355,6 +364,7 @@ class Clover:
     def token_bos(self) -> int:
         return -1  # Clover adds no BOS
 
+    @serialized
     def reset(self) -> None:
         """Forget the sequence (the next request runs its whole prompt), as `Llama.reset`."""
         reset = getattr(self.backend, "reset", None)
@@ -363,10 +373,12 @@ class Clover:
 
     # -- tokens -----------------------------------------------------------------------------------
 
+    @serialized
     def tokenize(self, text: bytes, add_bos: bool = False, special: bool = True) -> list[int]:
         """Like `Llama.tokenize`: Clover adds no BOS and always recognises special tokens."""
         return self.tokenizer.encode(text.decode("utf-8"))
 
+    @serialized
     def detokenize(self, tokens: Sequence[int]) -> bytes:
         return self.tokenizer.decode(tokens).encode("utf-8")
 
@@ -405,6 +417,7 @@ class Clover:
         """Response text: control tokens (`<|im_end|>`, ...) vanish, as in llama-cpp-python."""
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    @serialized
     def generate(
         self, tokens: Sequence[int], s: DecodingSettings, temperature: float = 0.0, seed: int | None = None
     ) -> Iterator[AnyEvent]:
@@ -423,13 +436,14 @@ class Clover:
             backend = self.backend
             if temperature > 0:
                 backend = GumbelBackend(backend, temperature, np.random.default_rng(seed))
-            return ar_loop(backend, tokens, s)
+            return self._guard.steps(ar_loop(backend, tokens, s))
         if self.mode == "speculative":
             if not self.backend.capabilities.speculative:
                 raise ValueError("this backend cannot run the speculative mode (no verify_and_draft pass)")
             spec = replace(self.draft, temperature=temperature, seed=seed)
-            return speculative.speculative_loop(cast(SpeculativeBackend, self.backend), tokens, s, spec)
-        return diffusion_loop(self.backend, tokens, s)
+            backend = cast(SpeculativeBackend, self.backend)
+            return self._guard.steps(speculative.speculative_loop(backend, tokens, s, spec))
+        return self._guard.steps(diffusion_loop(self.backend, tokens, s))
 
     def _run(
         self,
@@ -508,6 +522,7 @@ class Clover:
         )
         return replace(s, routing=routing)
 
+    @serialized
     def create_completion(
         self,
         prompt: str | list[int],
@@ -565,6 +580,7 @@ class Clover:
                     "choices": [{"text": delta, "index": 0, "logprobs": None, "finish_reason": None}],
                 }
 
+    @serialized
     def create_chat_completion(
         self,
         messages: list[dict[str, Any]],

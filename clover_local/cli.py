@@ -1,4 +1,4 @@
-"""The `clover` command line: chat, generate, bench, convert, info (verify lands with the patched runtime).
+"""The `clover` command line: chat, generate, serve, bench, convert, info, verify.
 
 Every command reports bad input as one `error:` line with a hint on stderr and a non-zero exit
 (1 for bad input, 2 for usage, 130 after Ctrl-C); `--debug` shows the traceback instead.
@@ -639,6 +639,50 @@ def _echo(name: str, delta: str) -> None:
         sys.stdout.flush()
     elif delta:
         err.print(delta, end="", style="dim", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+@with_options(MODEL_OPTIONS, PLACEMENT_OPTIONS, DECODING_OPTIONS)
+def serve(
+    model: ModelArg,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="CLOVER_API_KEY", help="Require `Authorization: Bearer KEY` on /v1 requests."),
+    ] = None,
+    alias: Annotated[
+        str | None, typer.Option(help="Model name in /v1/models (default: the file's name).")
+    ] = None,
+    max_queued: Annotated[
+        int, typer.Option(min=0, help="Requests waiting behind the running one before a 429.")
+    ] = 16,
+    *,
+    options: list[dict[str, Any]],
+) -> None:
+    """Serve the model over OpenAI's HTTP API (/v1/chat/completions, ...) with a chat page at /.
+
+    The decoding options set the defaults of every request; a request's own fields override them.
+    Needs the server extra: pip install 'clover-local[server]'.
+    """
+    try:
+        from .server.app import ServerConfig
+        from .server.app import serve as run_server
+    except ImportError as e:
+        fail(f"clover serve needs the server extra ({e.name} is missing): pip install 'clover-local[server]'")
+    loading, placing, decoding = options
+    check_options(loading, placing, decoding)
+    with user_errors():
+        clover = load_model(model, **loading, placement=placement_kwargs(**placing))
+    if api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
+        err.print(
+            f"[yellow]warning:[/yellow] listening on {host} without --api-key: "
+            "anyone who can reach this machine can use the model"
+        )
+    name = alias or Path(clover.model_path).name
+    config = ServerConfig(name, api_key=api_key, max_queued=max_queued, defaults=_request(decoding))
+    with clover, user_errors():
+        run_server(clover, config, host, port)
 
 
 @app.command()

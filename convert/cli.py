@@ -25,6 +25,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from . import writer
 from .errors import ConvertError
 from .mix import OUTTYPES
 from .pipeline import Options, Prepared, Result, convert, parse_size, prepare
@@ -104,16 +105,17 @@ def convert_command(
         if dry_run:
             _print_plan(prep, as_json)
             return
-        result = _run(prep, opts.threads)
+        with writer.interrupt_on_termination():
+            result = _run(prep, opts.threads)
     except ConvertError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
     except OSError as e:  # e.g. the disk filled up while writing: temporary files are already gone
         typer.echo(f"error: {e.filename or 'output'}: {e.strerror}", err=True)
         raise typer.Exit(1) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C (130), SIGTERM (143) or SIGHUP (129)
         typer.echo("interrupted: no output written", err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(128 + e.signum if isinstance(e, writer.Terminated) else 130) from None
     _print_result(result, as_json)
 
 

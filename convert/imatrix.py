@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFReader
 
+from clover_local.model.gguf_header import HeaderError, read_header
+
 from .errors import ConvertError
 
 _SUMS, _COUNTS = ".in_sum2", ".counts"
@@ -28,11 +30,12 @@ class Imatrix:
     @classmethod
     def load(cls, path: Path) -> Imatrix:
         try:
+            read_header(path)  # gguf-py trusts every count and length of the file
             reader = GGUFReader(path)
-        except (OSError, ValueError) as e:
+        except Exception as e:  # HeaderError from the walk, anything gguf-py raises after it
             raise ConvertError(
-                f"{path}: not a GGUF imatrix ({e}); convert a legacy .dat file with "
-                "`llama-imatrix --in-file FILE.dat -o FILE.gguf`"
+                f"{path}: not a GGUF imatrix ({e if isinstance(e, HeaderError) else type(e).__name__}); "
+                "convert a legacy .dat file with `llama-imatrix --in-file FILE.dat -o FILE.gguf`"
             ) from None
         arrays = {t.name: np.asarray(t.data, dtype=np.float32).reshape(-1) for t in reader.tensors}
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -86,7 +87,7 @@ def prepare(opts: Options) -> Prepared:
         add_diffusion_keys(w, ckpt.config)
     add_vocab(w, vocab)
     shards = writer.shard_paths(w, path)
-    _check_output(shards, opts.force)
+    _check_output(shards, opts.force, _inputs(ckpt, opts.imatrix))
     return Prepared(ckpt, out, plan, w, path, shards)
 
 
@@ -138,10 +139,36 @@ def _output_path(opts: Options, model_dir: Path, out: OutType) -> Path:
     return path
 
 
-def _check_output(shards: list[Path], force: bool) -> None:
-    existing = [p for p in shards if p.exists()]
-    if existing and not force:
-        raise ConvertError(f"{existing[0]} exists (pass --force to overwrite)")
+def _check_output(shards: list[Path], force: bool, inputs: set[tuple[int, int]]) -> None:
+    """Never replace an input (a shard, config.json, the index...) or anything not a regular file."""
+    for p in shards:
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise ConvertError(f"cannot write {p}: {e.strerror}") from None
+        if (st.st_dev, st.st_ino) in inputs:
+            raise ConvertError(f"{p} is an input of this conversion; choose another output path")
+        if not stat.S_ISREG(st.st_mode) or p.is_symlink():
+            raise ConvertError(f"{p} exists and is not a regular file; choose another output path")
+        if not force:
+            raise ConvertError(f"{p} exists (pass --force to overwrite)")
+
+
+def _inputs(ckpt: Checkpoint, imatrix: Path | None) -> set[tuple[int, int]]:
+    """(device, inode) of every file the conversion reads: the checkpoint folder's files, the
+    shards wherever their links point, the imatrix."""
+    files = [*ckpt.path.iterdir(), *{e.path for e in ckpt.entries.values()}]
+    files += [imatrix] if imatrix is not None else []
+    ids = set()
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        ids.add((st.st_dev, st.st_ino))
+    return ids
 
 
 def _license(model_dir: Path) -> str | None:

@@ -8,7 +8,6 @@ tokens USER_DEFINED, merges, the `qwen35` pre-tokenizer, eos = `<|im_end|>` and 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,13 @@ from typing import Any
 from gguf import GGUFWriter, TokenType
 
 from clover_local.model import gguf_names as gn
+from clover_local.model import json_fields as jf
 from clover_local.model.config import CloverConfig
 
 from .errors import ConvertError
 
 PRE_TOKENIZER = "qwen35"
+_CONTROL, _USER = TokenType.CONTROL, TokenType.USER_DEFINED
 EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
 
@@ -48,7 +49,7 @@ def load_vocab(path: Path, cfg: CloverConfig, raw_config: dict[str, Any]) -> Voc
     """Read the tokenizer of a checkpoint directory, sized to the model's embedding rows."""
     tok = _json(path / "tokenizer.json", required=True)
     tok_cfg = _json(path / "tokenizer_config.json", required=False)
-    model = tok.get("model") or {}
+    model = jf.get_object(tok, "model", "tokenizer.json")
     if model.get("type") != "BPE":
         raise ConvertError(
             f"tokenizer.json: model type {model.get('type')!r}, expected BPE (Qwen byte-level)"
@@ -63,11 +64,20 @@ def load_vocab(path: Path, cfg: CloverConfig, raw_config: dict[str, Any]) -> Voc
             raise ConvertError(f"tokenizer.json: token {text!r} has id {i}, beyond the embedding's {n} rows")
         tokens[i], types[i], by_text[text] = text, int(ttype), i
 
-    for text, i in model["vocab"].items():
-        put(int(i), text, TokenType.NORMAL)
-    for added in tok.get("added_tokens") or []:
-        special = added.get("special") or looks_special(added["content"])
-        put(int(added["id"]), added["content"], TokenType.CONTROL if special else TokenType.USER_DEFINED)
+    vocab = jf.get_object(model, "vocab", "tokenizer.json model")
+    if not vocab:
+        raise ConvertError("tokenizer.json: model.vocab is missing or empty")
+    for text in vocab:
+        put(jf.get_int(vocab, text, "tokenizer.json model.vocab"), text, TokenType.NORMAL)
+    for added in jf.get_list(tok, "added_tokens", "tokenizer.json", dict, []):
+        content = added.get("content")
+        if not isinstance(content, str):
+            raise ConvertError("tokenizer.json: an added token has no content string")
+        special = added.get("special") is True or looks_special(content)
+        put(jf.get_int(added, "id", "tokenizer.json added_tokens"), content, _CONTROL if special else _USER)
+    merges = model.get("merges") or []
+    if not isinstance(merges, list) or not all(_is_merge(m) for m in merges):
+        raise ConvertError("tokenizer.json: model.merges must be a list of 'a b' strings or [a, b] pairs")
     padded = [t if t is not None else f"[PAD{i}]" for i, t in enumerate(tokens)]
 
     eos = _special_id(by_text, EOS_TOKEN, tok_cfg.get("eos_token"))
@@ -76,16 +86,15 @@ def load_vocab(path: Path, cfg: CloverConfig, raw_config: dict[str, Any]) -> Voc
     mask = cfg.mask_token_id
     if mask is None or not 0 <= mask < n:
         raise ConvertError(f"mask token id {mask} is not a token of the {n}-row vocabulary")
-    bos = raw_config.get("bos_token_id")
     return Vocab(
         tokens=padded,
         types=types,
-        merges=[m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []],
+        merges=[m if isinstance(m, str) else " ".join(m) for m in merges],
         eos_id=eos,
         pad_id=_special_id(by_text, PAD_TOKEN, tok_cfg.get("pad_token")),
-        bos_id=None if bos is None else int(bos),
-        add_bos=bool(tok_cfg.get("add_bos_token", False)),
-        add_eos=bool(tok_cfg.get("add_eos_token", False)),
+        bos_id=jf.get_opt_int(raw_config, "bos_token_id", "config.json"),
+        add_bos=jf.get_bool(tok_cfg, "add_bos_token", "tokenizer_config.json", False),
+        add_eos=jf.get_bool(tok_cfg, "add_eos_token", "tokenizer_config.json", False),
         chat_template=_chat_template(path, tok_cfg),
         mask_id=mask,
     )
@@ -121,11 +130,19 @@ def _chat_template(path: Path, tok_cfg: dict[str, Any]) -> str | None:
     """The default chat template: `chat_template.jinja`, else tokenizer_config.json's."""
     jinja = path / "chat_template.jinja"
     if jinja.is_file():
-        return jinja.read_text(encoding="utf-8")
+        try:
+            return jinja.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConvertError(f"{jinja.name}: not UTF-8 text") from None
     tpl = tok_cfg.get("chat_template")
     if isinstance(tpl, list):  # [{"name": "default", "template": ...}, ...]
-        tpl = next((t["template"] for t in tpl if t.get("name") == "default"), None)
+        named = [t for t in tpl if isinstance(t, dict) and t.get("name") == "default"]
+        tpl = named[0].get("template") if named else None
     return tpl if isinstance(tpl, str) else None
+
+
+def _is_merge(m: Any) -> bool:
+    return isinstance(m, str) or (isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m))
 
 
 def _json(path: Path, required: bool) -> dict[str, Any]:
@@ -135,7 +152,4 @@ def _json(path: Path, required: bool) -> dict[str, Any]:
                 f"{path.parent}: no {path.name} (the converter needs the Qwen tokenizer files)"
             )
         return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConvertError(f"{path}: cannot read JSON ({e})") from None
+    return jf.read_object(path)

@@ -34,14 +34,23 @@ def shards(ckpt: Path) -> list[Path]:
     return sorted(ckpt.glob("*.safetensors"))
 
 
-def edit_header(shard: Path, change: Callable[[dict], None]) -> None:
-    """Rewrite a safetensors header in place; the data block is kept as is."""
+def edit_tensors(shard: Path, change: Callable[[dict[str, tuple[dict, bytes]]], None]) -> None:
+    """Rewrite a shard from its tensors (name -> (header entry, bytes)), laid out again as the
+    safetensors format requires (the data block tiled exactly)."""
     blob = shard.read_bytes()
     n = int.from_bytes(blob[:8], "little")
     header = json.loads(blob[8 : 8 + n])
-    change(header)
-    new = json.dumps(header).encode()
-    shard.write_bytes(len(new).to_bytes(8, "little") + new + blob[8 + n :])
+    meta = header.pop("__metadata__", None)
+    data = blob[8 + n :]
+    tensors = {k: (v, data[v["data_offsets"][0] : v["data_offsets"][1]]) for k, v in header.items()}
+    change(tensors)
+    new, chunks, pos = {"__metadata__": meta} if meta else {}, [], 0
+    for k, (info, raw) in tensors.items():
+        new[k] = {**info, "data_offsets": [pos, pos + len(raw)]}
+        chunks.append(raw)
+        pos += len(raw)
+    head = json.dumps(new).encode()
+    shard.write_bytes(len(head).to_bytes(8, "little") + head + b"".join(chunks))
 
 
 def edit_index(ckpt: Path, change: Callable[[dict], None]) -> None:
@@ -59,7 +68,7 @@ def edit_config(ckpt: Path, **values: object) -> None:
 def drop_tensor(ckpt: Path) -> None:
     name = "model.layers.1.linear_attn.in_proj_z.weight"
     shard = ckpt / json.loads((ckpt / "model.safetensors.index.json").read_text())["weight_map"][name]
-    edit_header(shard, lambda h: h.pop(name))
+    edit_tensors(shard, lambda t: t.pop(name))
     edit_index(ckpt, lambda m: m.pop(name))
 
 
@@ -67,10 +76,10 @@ def alias_tensor(ckpt: Path, alias: str, into: Path | None = None) -> None:
     """Add `alias` to a shard (the last one unless `into`), pointing at an existing tensor's bytes."""
     shard = into or shards(ckpt)[-1]
 
-    def add(h: dict) -> None:
-        h[alias] = next(v for k, v in h.items() if k != "__metadata__")
+    def add(t: dict) -> None:
+        t[alias] = next(iter(t.values()))
 
-    edit_header(shard, add)
+    edit_tensors(shard, add)
     edit_index(ckpt, lambda m: m.setdefault(alias, shard.name))
 
 

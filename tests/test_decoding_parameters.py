@@ -17,8 +17,8 @@ from clover_local.model.decoding_parameters import PARAMETERS, from_request
 from clover_local.model.gguf_info import read_info
 from clover_local.policy import DecodingSettings
 
-# a value per parameter that differs from its default, of its type
-CHANGED = {p.name: p.type(p.default + 3) for p in PARAMETERS}
+# a value per parameter that differs from its default, of its type, within its range (hparam_limits)
+CHANGED = {p.name: p.type(p.default * 0.5 + 0.01) for p in PARAMETERS}
 
 
 def test_every_parameter_round_trips_through_a_gguf(tiny_checkpoint, tmp_path):

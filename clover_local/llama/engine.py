@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -29,6 +30,11 @@ SEQ = 0
 
 # bool (*ggml_backend_sched_eval_callback)(struct ggml_tensor * t, bool ask, void * user_data), on ggml_tensor
 EvalCallback = Callable[["ctypes._Pointer[capi.ggml_tensor]", bool], bool]
+
+
+# On GGML_ABORT, ggml forks gdb/lldb to print a backtrace; under a parent that waits on the process
+# the forked copies stay blocked. The abort message is kept; the backtrace is not (issue 14).
+os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
 
 class EngineError(RuntimeError):

@@ -14,7 +14,7 @@ import json
 import mmap
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -29,6 +29,9 @@ _DTYPES = {
     "F32": (np.float32, 4),
     "F64": (np.float64, 8),
 }
+# dtypes and header limit of the safetensors format (its library rejects anything else)
+SAFETENSORS_DTYPES = set("BOOL U8 I8 F8_E5M2 F8_E4M3 I16 U16 F16 BF16 I32 U32 F32 F64 I64 U64".split())
+SAFETENSORS_MAX_HEADER = 100_000_000
 
 
 class CheckpointError(ValueError):
@@ -48,39 +51,116 @@ class TensorEntry:
 
 
 def read_safetensors_header(path: Path) -> dict[str, TensorEntry]:
-    """Parse one shard's header, checking that every tensor lies inside the file."""
+    """Parse one shard's header with the checks of the `safetensors` library itself.
+
+    The header is a JSON object of tensor -> {dtype, shape, data_offsets} (plus `__metadata__`,
+    strings only); offsets are relative to the data block, and the tensors must tile it exactly:
+    no negative or overlapping ranges, no gap, nothing after the last one. Messages name the file
+    and the tensor, never bytes of the file.
+    """
+    name = path.name
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
             head = f.read(8)
             if len(head) < 8:
-                raise CheckpointError(f"{path.name}: truncated safetensors file (no header)")
+                raise CheckpointError(f"{name}: truncated safetensors file (no header)")
             n = int.from_bytes(head, "little")
-            if n <= 0 or 8 + n > size:
+            if n == 0 or n > SAFETENSORS_MAX_HEADER or 8 + n > size:
                 raise CheckpointError(
-                    f"{path.name}: corrupt safetensors header (length {n}, file {size} bytes)"
+                    f"{name}: corrupt safetensors header (its length does not fit the file of {size} bytes)"
                 )
-            header = json.loads(f.read(n))
+            header = json.loads(f.read(n).decode("utf-8"))
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read ({e.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise CheckpointError(f"{path.name}: corrupt safetensors header (not JSON)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise CheckpointError(f"{name}: corrupt safetensors header (not UTF-8 JSON)") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{name}: corrupt safetensors header (not a JSON object)")
     base = 8 + n
     out: dict[str, TensorEntry] = {}
     for key, info in header.items():
         if key == "__metadata__":
+            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
+                raise CheckpointError(f"{name}: __metadata__ must map strings to strings")
             continue
-        dtype, shape, (a, b) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
-        if dtype not in _DTYPES:
-            raise CheckpointError(f"{path.name}: tensor {key} has unsupported dtype {dtype}")
-        if b - a != int(np.prod(shape, dtype=np.int64)) * _DTYPES[dtype][1]:
-            raise CheckpointError(f"{path.name}: tensor {key} byte range does not match its shape {shape}")
-        if base + b > size:
-            raise CheckpointError(
-                f"{path.name}: truncated shard: tensor {key} ends at byte {base + b}, file has {size}"
-            )
+        dtype, shape, (a, b) = _tensor_info(name, key, info)
         out[key] = TensorEntry(key, path, dtype, shape, base + a, base + b)
+    _check_tiling(name, sorted(out.values(), key=lambda e: (e.start, e.end)), base, size)
     return out
+
+
+def _tensor_info(name: str, key: str, info: object) -> tuple[str, tuple[int, ...], tuple[int, int]]:
+    """(dtype, shape, data_offsets) of one header entry, each type- and range-checked."""
+    if not isinstance(info, dict):
+        raise CheckpointError(f"{name}: tensor {key}: header entry is not an object")
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPES:
+        raise CheckpointError(f"{name}: tensor {key}: missing or unknown dtype")
+    if dtype not in _DTYPES:
+        supported = ", ".join(_DTYPES)
+        raise CheckpointError(f"{name}: tensor {key} has unsupported dtype {dtype} (one of {supported})")
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        raise CheckpointError(f"{name}: tensor {key}: shape must be a list of non-negative integers")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(_is_count(o) for o in offsets)
+        or offsets[0] > offsets[1]
+    ):
+        raise CheckpointError(f"{name}: tensor {key}: data_offsets must be [begin, end], 0 <= begin <= end")
+    a, b = offsets
+    if b - a != int(np.prod(shape, dtype=object)) * _DTYPES[dtype][1]:
+        raise CheckpointError(f"{name}: tensor {key} byte range does not match its shape {tuple(shape)}")
+    return dtype, tuple(shape), (a, b)
+
+
+def _check_tiling(name: str, entries: list[TensorEntry], base: int, size: int) -> None:
+    """Tensors must cover the data block exactly, in some order (the safetensors rule)."""
+    pos = base
+    for e in entries:
+        if e.start != pos:
+            raise CheckpointError(
+                f"{name}: tensor {e.key}: data_offsets overlap another tensor or leave a gap"
+            )
+        pos = e.end
+    if pos > size:
+        last = entries[-1]
+        raise CheckpointError(
+            f"{name}: truncated shard: tensor {last.key} ends at byte {last.end}, file has {size}"
+        )
+    if pos != size:
+        raise CheckpointError(f"{name}: {size - pos} bytes after the last tensor (not a safetensors file)")
+
+
+def _is_count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def shard_path(root: Path, name: object) -> Path:
+    """The file of a shard named in the index: a relative name inside `root`, symlinks included.
+
+    A Hugging Face cache snapshot links its files to `../../blobs/`, so there the repository's
+    cache folder is the boundary.
+    """
+    if (
+        not isinstance(name, str)
+        or not name
+        or "\\" in name
+        or "\x00" in name
+        or PurePosixPath(name).is_absolute()
+        or ".." in PurePosixPath(name).parts
+    ):
+        shown = str(name)[:120]
+        raise CheckpointError(f"{INDEX_FILE} names a shard outside the checkpoint directory: {shown!r}")
+    path = root / name
+    real, top = path.resolve(), root.resolve()
+    bound = top.parent.parent if top.parent.name == "snapshots" else top
+    if not real.is_relative_to(bound):
+        raise CheckpointError(f"{name}: a symlink to a file outside the checkpoint directory")
+    if not path.is_file():
+        raise CheckpointError(f"{INDEX_FILE} points at a missing shard: {name}")
+    return path
 
 
 def canonical_name(key: str) -> str:
@@ -110,10 +190,7 @@ class Checkpoint:
     def _index(self) -> dict[str, TensorEntry]:
         index_path = self.path / INDEX_FILE
         if index_path.is_file():
-            try:
-                weight_map: dict[str, str] = json.loads(index_path.read_text())["weight_map"]
-            except (json.JSONDecodeError, KeyError):
-                raise CheckpointError(f"{INDEX_FILE}: not a valid safetensors index") from None
+            weight_map = _read_index(index_path)
             shards = sorted(set(weight_map.values()))
         elif (self.path / SINGLE_FILE).is_file():
             weight_map, shards = {}, [SINGLE_FILE]
@@ -121,9 +198,7 @@ class Checkpoint:
             raise CheckpointError(f"{self.path}: no {INDEX_FILE} or {SINGLE_FILE}")
         entries: dict[str, TensorEntry] = {}
         for shard in shards:
-            spath = self.path / shard
-            if not spath.is_file():
-                raise CheckpointError(f"{INDEX_FILE} points at a missing shard: {shard}")
+            spath = shard_path(self.path, shard)
             for key, entry in read_safetensors_header(spath).items():
                 name = canonical_name(key)
                 if name in entries:
@@ -201,6 +276,22 @@ class Checkpoint:
         if name.endswith("gate_up_proj"):
             return np.stack([np.concatenate([g, u], axis=0) for g, u, _ in parts])
         return np.stack([d for _, _, d in parts])
+
+
+def _read_index(path: Path) -> dict[str, str]:
+    """The index's weight_map (tensor name -> shard file name), type-checked."""
+    try:
+        index = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        index = None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(
+            f"{INDEX_FILE}: not a valid safetensors index (needs a weight_map: tensor name -> shard file)"
+        )
+    return weight_map
 
 
 def to_float(a: np.ndarray, stored: str, dtype: type = np.float32) -> np.ndarray:

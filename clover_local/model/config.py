@@ -7,20 +7,32 @@ may spell in several places (config, generation config, tokenizer config) are re
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from . import json_fields as jf
 from .decoding_parameters import PARAMETERS, DecodingParameters
+from .hparam_limits import DIFFUSION_LIMITS, LLAMA_MAX_LAYERS, MODEL_LIMITS, Limit, check_values
+from .json_fields import ConfigError
 
 ARCHITECTURES = ("CloverMoeModelLM", "CloverMoeForCausalLM")
 MODEL_TYPES = ("clover_moe", "clover_moe_text")
 CONTEXT_LIMIT = 131072  # model card: prompt and response together [vendor]
 
 
-class ConfigError(ValueError):
-    """A checkpoint's configuration is missing, malformed or not a Clover model."""
+LAYER_TYPES = ("full_attention", "linear_attention")
+# generation_config.json sampling keys the converter writes as general.sampling.*: allowed range
+SAMPLING_EXTRAS = {"top_k": (0, 2**31 - 1), "top_p": (0, 1), "min_p": (0, 1), "temperature": (0, 1e4)}
+
+
+def check_limits(values: Any, limits: tuple[Limit, ...]) -> None:
+    """Range-check the parsed values against what llama.cpp accepts (`hparam_limits`)."""
+    present = tuple(lim for lim in limits if hasattr(values, lim.field))
+    bad = check_values({lim.field: getattr(values, lim.field) for lim in present}, present, by_key=False)
+    if bad:
+        lim, value, why = bad
+        raise ConfigError(f"{lim.source} is {value}: {why}")
 
 
 @dataclass(frozen=True)
@@ -89,52 +101,57 @@ class CloverConfig:
     @classmethod
     def from_dict(cls, cfg: dict[str, Any]) -> CloverConfig:
         """Build from a `config.json` dict (flat, or with the trunk under `text_config`)."""
+        c = "config.json"
         archs = cfg.get("architectures") or []
+        archs = archs if isinstance(archs, list) else [archs]
         if not any(a in ARCHITECTURES for a in archs) and cfg.get("model_type") not in MODEL_TYPES:
-            found = ", ".join(archs) or cfg.get("model_type") or "none"
+            found = ", ".join(map(str, archs)) or str(cfg.get("model_type") or "none")
             raise ConfigError(f"not a Clover checkpoint: architectures {found} (expected CloverMoeModelLM)")
-        text = {**cfg, **cfg.get("text_config", {})}
-        try:
-            n_layers = int(text["num_hidden_layers"])
-            rope = dict(text.get("rope_parameters") or {})
-            interval = int(text.get("full_attention_interval", 4))
-            layer_types = text.get("layer_types") or [
-                "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)
-            ]
-            return cls(
-                vocab_size=int(text["vocab_size"]),
-                hidden_size=int(text["hidden_size"]),
-                num_hidden_layers=n_layers,
-                layer_types=tuple(layer_types),
-                num_attention_heads=int(text["num_attention_heads"]),
-                num_key_value_heads=int(text["num_key_value_heads"]),
-                head_dim=int(text.get("head_dim", 256)),
-                rope_theta=float(rope.get("rope_theta", text.get("rope_theta", 1e7))),
-                partial_rotary_factor=float(
-                    rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25))
-                ),
-                mrope_section=tuple(rope.get("mrope_section", (11, 11, 10))),
-                linear_num_key_heads=int(text["linear_num_key_heads"]),
-                linear_num_value_heads=int(text["linear_num_value_heads"]),
-                linear_key_head_dim=int(text["linear_key_head_dim"]),
-                linear_value_head_dim=int(text["linear_value_head_dim"]),
-                linear_conv_kernel_dim=int(text["linear_conv_kernel_dim"]),
-                num_experts=int(text["num_experts"]),
-                num_experts_per_tok=int(text["num_experts_per_tok"]),
-                moe_intermediate_size=int(text["moe_intermediate_size"]),
-                shared_expert_intermediate_size=int(text["shared_expert_intermediate_size"]),
-                rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
-                tie_word_embeddings=bool(
-                    cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
-                ),
-                max_position_embeddings=int(text.get("max_position_embeddings", CONTEXT_LIMIT)),
-                mask_token_id=_opt_int(text.get("mask_token_id")),
-                block_size=int(text.get("block_size", 32)),
-                coreset_enabled=bool(text.get("moe_block_coreset_enabled", True)),
-                coreset_top_p=float(text.get("moe_block_coreset_top_p", 0.9)),
+        text = {**cfg, **jf.get_object(cfg, "text_config", c)}
+        rope = {**text, **jf.get_object(text, "rope_parameters", c)}
+        n_layers = jf.get_int(text, "num_hidden_layers", c)
+        if not 1 <= n_layers <= LLAMA_MAX_LAYERS:
+            raise ConfigError(f"{c} num_hidden_layers is {n_layers}: must be in 1..{LLAMA_MAX_LAYERS}")
+        interval = jf.get_int(text, "full_attention_interval", c, 4)
+        layer_types = jf.get_list(text, "layer_types", c, str, []) or [
+            "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)
+        ]
+        if len(layer_types) != n_layers or not set(layer_types) <= set(LAYER_TYPES):
+            raise ConfigError(
+                f"{c}: layer_types must list num_hidden_layers ({n_layers}) of {' / '.join(LAYER_TYPES)}"
             )
-        except KeyError as e:
-            raise ConfigError(f"config.json lacks the key {e.args[0]!r}") from None
+        model = cls(
+            vocab_size=jf.get_int(text, "vocab_size", c),
+            hidden_size=jf.get_int(text, "hidden_size", c),
+            num_hidden_layers=n_layers,
+            layer_types=tuple(layer_types),
+            num_attention_heads=jf.get_int(text, "num_attention_heads", c),
+            num_key_value_heads=jf.get_int(text, "num_key_value_heads", c),
+            head_dim=jf.get_int(text, "head_dim", c, 256),
+            rope_theta=jf.get_float(rope, "rope_theta", c, 1e7),
+            partial_rotary_factor=jf.get_float(rope, "partial_rotary_factor", c, 0.25),
+            mrope_section=tuple(jf.get_list(rope, "mrope_section", c, int, [11, 11, 10])),
+            linear_num_key_heads=jf.get_int(text, "linear_num_key_heads", c),
+            linear_num_value_heads=jf.get_int(text, "linear_num_value_heads", c),
+            linear_key_head_dim=jf.get_int(text, "linear_key_head_dim", c),
+            linear_value_head_dim=jf.get_int(text, "linear_value_head_dim", c),
+            linear_conv_kernel_dim=jf.get_int(text, "linear_conv_kernel_dim", c),
+            num_experts=jf.get_int(text, "num_experts", c),
+            num_experts_per_tok=jf.get_int(text, "num_experts_per_tok", c),
+            moe_intermediate_size=jf.get_int(text, "moe_intermediate_size", c),
+            shared_expert_intermediate_size=jf.get_int(text, "shared_expert_intermediate_size", c),
+            rms_norm_eps=jf.get_float(text, "rms_norm_eps", c, 1e-6),
+            tie_word_embeddings=jf.get_bool(
+                cfg, "tie_word_embeddings", c, jf.get_bool(text, "tie_word_embeddings", c, False)
+            ),
+            max_position_embeddings=jf.get_int(text, "max_position_embeddings", c, CONTEXT_LIMIT),
+            mask_token_id=jf.get_opt_int(text, "mask_token_id", c),
+            block_size=jf.get_int(text, "block_size", c, 32),
+            coreset_enabled=jf.get_bool(text, "moe_block_coreset_enabled", c, True),
+            coreset_top_p=jf.get_float(text, "moe_block_coreset_top_p", c, 0.9),
+        )
+        check_limits(model, MODEL_LIMITS)
+        return model
 
     def with_overrides(self, **kw: Any) -> CloverConfig:
         return CloverConfig(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **kw})
@@ -150,13 +167,21 @@ class GenerationDefaults(DecodingParameters):
 
     @classmethod
     def from_dict(cls, gen: dict[str, Any]) -> GenerationDefaults:
-        """From `generation_config.json`'s keys, or a GGUF's `clover-moe.diffusion.*` ones (same names)."""
-        eos = gen.get("eos_token_id", ())
-        eos_ids = (eos,) if isinstance(eos, int) else tuple(int(e) for e in eos or ())
-        known = {p.name: p.type for p in PARAMETERS}
-        kw = {k: kind(gen[k]) for k, kind in known.items() if k in gen}
+        """From `generation_config.json`'s keys, or a GGUF's `clover-moe.diffusion.*` ones (same names),
+        each type- and range-checked."""
+        g = "generation_config.json"
+        eos = gen.get("eos_token_id")
+        eos_list = {"eos_token_id": [eos] if isinstance(eos, int) else eos or []}
+        eos_ids = tuple(jf.get_list(eos_list, "eos_token_id", g, int))
+        known = {p.name: p.default for p in PARAMETERS}
+        kw = {k: jf.coerce(gen[k], like, k, g) for k, like in known.items() if gen.get(k) is not None}
         extra = {k: v for k, v in gen.items() if k not in known}
-        return cls(eos_token_ids=eos_ids, extra=extra, **kw)
+        for key, (lo, hi) in SAMPLING_EXTRAS.items():  # written as general.sampling.* keys
+            if extra.get(key) is not None and not lo <= jf.get_float(extra, key, g) <= hi:
+                raise ConfigError(f"{g} {key} is {extra[key]}: must be in {lo}..{hi}")
+        defaults = cls(eos_token_ids=eos_ids, extra=extra, **kw)
+        check_limits(defaults, DIFFUSION_LIMITS)
+        return defaults
 
 
 @dataclass(frozen=True)
@@ -183,11 +208,17 @@ class CheckpointConfig:
         model = CloverConfig.from_dict(raw)
         model = model.with_overrides(
             mask_token_id=resolve_mask_token_id(raw, gen, tok_cfg),
-            block_size=int(gen.get("block_size", model.block_size)),
+            block_size=jf.get_int(gen, "block_size", "generation_config.json", model.block_size),
         )
+        check_limits(model, DIFFUSION_LIMITS)
         generation = GenerationDefaults.from_dict({**gen, "block_size": model.block_size})
         if not generation.eos_token_ids and "eos_token_id" in raw:
             generation = GenerationDefaults.from_dict({**gen, "eos_token_id": raw["eos_token_id"]})
+        ids = [("mask_token_id", model.mask_token_id)]
+        ids += [("eos_token_id", i) for i in generation.eos_token_ids]
+        for key, tid in ids:
+            if tid is not None and not 0 <= tid < model.vocab_size:
+                raise ConfigError(f"{key} {tid} is not a token of the {model.vocab_size}-row vocabulary")
         return cls(model=model, generation=generation, raw=raw)
 
 
@@ -197,12 +228,13 @@ def resolve_mask_token_id(cfg: dict[str, Any], gen: dict[str, Any], tok_cfg: dic
     Looked up in config, generation config and tokenizer config, then as a `<|mask|>` special
     token of the tokenizer config. Absent everywhere is an error.
     """
-    text = {**cfg, **cfg.get("text_config", {})}
-    for src in (text, gen, tok_cfg):
+    text = {**cfg, **jf.get_object(cfg, "text_config", "config.json")}
+    sources = ("config.json", "generation_config.json", "tokenizer_config.json")
+    for src, name in zip((text, gen, tok_cfg), sources, strict=True):
         if src.get("mask_token_id") is not None:
-            return int(src["mask_token_id"])
-    for tid, tok in (tok_cfg.get("added_tokens_decoder") or {}).items():
-        if tok.get("content") == "<|mask|>":
+            return jf.get_int(src, "mask_token_id", name)
+    for tid, tok in jf.get_object(tok_cfg, "added_tokens_decoder", "tokenizer_config.json").items():
+        if isinstance(tok, dict) and tok.get("content") == "<|mask|>" and tid.isdigit():
             return int(tid)
     raise ConfigError(
         "no mask token id: none of config.json, generation_config.json or tokenizer_config.json "
@@ -210,12 +242,5 @@ def resolve_mask_token_id(cfg: dict[str, Any], gen: dict[str, Any], tok_cfg: dic
     )
 
 
-def _opt_int(v: Any) -> int | None:
-    return None if v is None else int(v)
-
-
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read JSON ({e})") from None
+    return jf.read_object(path)

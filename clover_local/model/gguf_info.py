@@ -9,6 +9,7 @@ from typing import Any
 
 from . import gguf_header
 from . import gguf_names as gn
+from .gguf_check import GGUFError, check_gguf
 from .gguf_header import Header, HeaderError
 
 
@@ -39,7 +40,8 @@ class ModelInfo:
 
 
 def read_header(path: str | Path) -> Header:
-    """The GGUF header (`gguf_header`), or a one-line `ModelFileError` for a missing or non-GGUF file."""
+    """The GGUF header (`gguf_header`), checked (`gguf_check`: the hyperparameters, a split file's
+    other parts), or a one-line `ModelFileError` for a missing, non-GGUF or unrunnable file."""
     p = Path(path)
     if not p.exists():
         raise ModelFileError(f"{p}: file not found")
@@ -50,9 +52,14 @@ def read_header(path: str | Path) -> Header:
     if magic != b"GGUF":
         raise ModelFileError(f"{p}: not a GGUF file (convert a checkpoint with clover-convert)")
     try:
-        return gguf_header.read_header(p)
+        header = gguf_header.read_header(p)
     except (HeaderError, OSError) as e:
         raise ModelFileError(f"{p}: unreadable GGUF ({e})") from None
+    try:
+        check_gguf(p, header)
+    except GGUFError as e:
+        raise ModelFileError(str(e)) from None
+    return header
 
 
 def read_info(path: str | Path) -> ModelInfo:

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from jinja2.exceptions import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
+
+from . import json_fields as jf
+from .template_sandbox import BoundedSandbox, bounded_filter, render
 
 THINK_START, THINK_END = "<think>", "</think>"
 
@@ -71,14 +73,21 @@ class CloverTokenizer(ChatTemplating):
         if not (path / "tokenizer.json").is_file():
             raise FileNotFoundError(f"{path}: no tokenizer.json")
         cfg_path = path / "tokenizer_config.json"
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
+        cfg = jf.read_object(cfg_path) if cfg_path.is_file() else {}
         template = cfg.get("chat_template")
         if isinstance(template, list):  # named templates: [{"name": "default", "template": ...}, ...]
-            template = {t.get("name"): t.get("template") for t in template}.get("default")
-        if template is None and (path / "chat_template.jinja").is_file():
-            template = (path / "chat_template.jinja").read_text(encoding="utf-8")
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        if not isinstance(template, str) and (path / "chat_template.jinja").is_file():
+            template = (path / "chat_template.jinja").read_bytes().decode("utf-8", "replace")
         special = {k: cfg.get(k) for k in ("bos_token", "eos_token", "pad_token")}
-        return cls(Tokenizer.from_file(str(path / "tokenizer.json")), template, special)
+        try:
+            tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        except Exception as e:  # the library's message quotes the file: name only the failure
+            raise jf.ConfigError(
+                f"tokenizer.json: the tokenizers library cannot read it ({type(e).__name__})"
+            ) from None
+        return cls(tokenizer, template if isinstance(template, str) else None, special)
 
     @property
     def vocab_size(self) -> int:
@@ -105,18 +114,19 @@ def render_chat_template(
     """Render a chat template as transformers does; shared by the HF and the GGUF tokenizers."""
     if not template:
         raise ChatTemplateError("the model has no chat template (tokenizer_config.json chat_template)")
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-    )
-    env.filters["tojson"] = _tojson
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = bounded_filter(_tojson)
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
-        return env.from_string(template).render(
+        return render(
+            env,
+            template,
             messages=list(messages),
             add_generation_prompt=add_generation_prompt,
             enable_thinking=enable_thinking,
             **(special or {}),
         )
-    except TemplateError as e:
-        raise ChatTemplateError(f"chat template: {e}") from None
+    except Exception as e:  # any failure of a template from a model file is the template's: one line
+        what = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise ChatTemplateError(f"chat template: {what}") from None

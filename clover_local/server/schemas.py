@@ -1,0 +1,173 @@
+"""Request bodies of the server: OpenAI's fields, as llama-cpp-python's server takes them, plus
+Clover's own decoding settings as extra fields.
+
+Unknown fields are ignored (apps send many: `user`, `metadata`, ...), but a known field of the
+wrong type or out of range is a 400, and so is an OpenAI feature this model cannot give (several
+choices, tools, log probabilities) rather than an answer that silently lacks it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..api import Mode
+
+
+class UnsupportedField(ValueError):
+    """A request asks for an OpenAI feature the server does not provide."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
+
+
+class CloverSettings(BaseModel):
+    """Clover's decoding controls (None: the server's `clover serve` option, else the model's)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    mode: Mode | None = Field(
+        None, description="diffusion or ar on any server; speculative when started with --mode speculative"
+    )
+    block_size: int | None = Field(None, ge=1)
+    threshold: float | None = Field(None, ge=0.0, le=1.0)
+    coreset: bool | None = None
+    coreset_top_p: float | None = Field(None, gt=0.0, le=1.0)
+    repeat_penalty: float | None = Field(None, gt=0.0)
+    stop_ramp_start: float | None = Field(None, ge=0.0, le=1.0)
+    stop_ramp_max: float | None = None
+    think_ramp_start: float | None = Field(None, ge=0.0, le=1.0)
+    think_ramp_max: float | None = None
+    denoise: bool = Field(False, description="stream: add a `clover.pass` event per decoding pass")
+
+
+# the request fields handed to `Clover.create_*_completion` under the same names
+FORWARDED = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "block_size",
+    "threshold",
+    "coreset",
+    "coreset_top_p",
+    "repeat_penalty",
+    "stop_ramp_start",
+    "stop_ramp_max",
+    "think_ramp_start",
+    "think_ramp_max",
+)
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class RequestBase(CloverSettings):
+    """The fields `/v1/completions` and `/v1/chat/completions` share."""
+
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, description="OpenAI's newer name of max_tokens")
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    seed: int | None = None
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    n: int = Field(1, ge=1)
+    user: str | None = None
+
+    def check_supported(self) -> None:
+        if self.n != 1:
+            raise UnsupportedField("n", "only n=1 is supported: one choice per request")
+
+    def clover_kwargs(self, defaults: dict[str, Any]) -> dict[str, Any]:
+        """Keyword arguments of `Clover.create_*_completion`: the server's defaults, then what this
+        request sets (a field left out or null keeps the default)."""
+        own = {name: getattr(self, name) for name in FORWARDED}
+        own["max_tokens"] = self.max_tokens or self.max_completion_tokens
+        return {**defaults, **{k: v for k, v in own.items() if v is not None}}
+
+
+class CompletionRequest(RequestBase):
+    prompt: str | list[int] = Field(..., description="text, or token ids")
+    logprobs: int | None = None
+    echo: bool = False
+    suffix: str | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.logprobs:
+            raise UnsupportedField("logprobs", "logprobs are not supported: the decoder reads only argmaxes")
+        if self.echo:
+            raise UnsupportedField("echo", "echo is not supported")
+        if self.suffix:
+            raise UnsupportedField("suffix", "suffix (fill-in-the-middle) is not supported")
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    reasoning_content: str | None = None
+
+    def to_template(self) -> dict[str, Any]:
+        """The message as the chat template takes it: text parts joined, `developer` as `system`."""
+        text = self.content if not isinstance(self.content, list) else "".join(p.text for p in self.content)
+        role = "system" if self.role == "developer" else self.role
+        out: dict[str, Any] = {"role": role, "content": text or ""}
+        if self.reasoning_content:
+            out["reasoning_content"] = self.reasoning_content
+        return out
+
+
+class ChatTemplateKwargs(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    enable_thinking: bool | None = None
+
+
+class ChatCompletionRequest(RequestBase):
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    thinking: bool | None = Field(None, description="the chat template's enable_thinking (default: on)")
+    chat_template_kwargs: ChatTemplateKwargs | None = None
+    logprobs: bool | None = None
+    tools: list[Any] | None = None
+    functions: list[Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.logprobs:
+            raise UnsupportedField("logprobs", "logprobs are not supported: the decoder reads only argmaxes")
+        for name in ("tools", "functions"):
+            if getattr(self, name):
+                raise UnsupportedField(name, f"{name} (function calling) are not supported")
+        if self.response_format and self.response_format.get("type") not in (None, "text"):
+            raise UnsupportedField("response_format", "only response_format type 'text' is supported")
+
+    def clover_kwargs(self, defaults: dict[str, Any]) -> dict[str, Any]:
+        """As for a completion, plus `thinking` (from `thinking` or `chat_template_kwargs`)."""
+        kw = super().clover_kwargs(defaults)
+        template = self.chat_template_kwargs
+        thinking = self.thinking if self.thinking is not None else template and template.enable_thinking
+        return kw if thinking is None else {**kw, "thinking": thinking}
+
+    def template_messages(self) -> list[dict[str, Any]]:
+        return [m.to_template() for m in self.messages]

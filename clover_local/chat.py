@@ -11,6 +11,7 @@ lines. `/save` and `/load` keep conversations as JSON: `{"thinking": bool, "mess
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -98,6 +99,9 @@ class ChatSession:
     # -- terminal loop ----------------------------------------------------------------------------
 
     def run(self) -> None:
+        # Ctrl-C stops an answer. A process started in the background of a non-interactive shell
+        # inherits SIGINT ignored, and Python then never raises KeyboardInterrupt: take it back.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         self.note("Clover chat: /help for commands, Ctrl-D to quit")
         while True:
             try:

@@ -69,8 +69,9 @@ class Header:
 
 
 class _Cursor:
-    def __init__(self, buf: memoryview):
+    def __init__(self, buf: memoryview, decode: frozenset[str] = frozenset()):
         self.buf, self.pos = buf, 0
+        self.decode = decode  # the keys whose string arrays are read, not skipped
 
     @property
     def left(self) -> int:
@@ -108,18 +109,22 @@ class _Cursor:
             raise HeaderError(f"truncated in a string array ending past byte {len(self.buf)}")
         self.pos = pos
 
-    def value(self, vtype: int) -> Any:
+    def value(self, vtype: int, key: str = "") -> Any:
         if vtype == STRING:
             return self.string()
         if vtype == ARRAY:
-            return self.array()
+            return self.array(key in self.decode)
         if vtype not in SCALARS:
             raise HeaderError(f"unknown value type {vtype} at byte {self.pos}")
         v = self.scalar(SCALARS[vtype])
         return float(str(np.float32(v))) if vtype == F32 else v  # 0.95, not 0.949999988
 
-    def array(self) -> Any:
+    def array(self, decode: bool = False) -> Any:
         itype, count = self.scalar("<I"), self.scalar("<Q")
+        if itype == STRING and decode:
+            if count > self.left // 8:
+                raise HeaderError(f"truncated: {count} strings do not fit in the {self.left} bytes left")
+            return [self.string() for _ in range(count)]
         if itype == STRING:
             self.skip_strings(count)
             return StringArray(count)
@@ -143,11 +148,18 @@ def read_header(path: str | Path) -> Header:
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             view = memoryview(m)
             try:
-                return _parse(_Cursor(view))
-            except struct.error as e:
-                raise HeaderError(f"corrupt header ({e})") from None
+                return parse(view)
             finally:
                 view.release()
+
+
+def parse(data: bytes | memoryview, decode: tuple[str, ...] = ()) -> Header:
+    """`read_header` of a GGUF held in memory; the string arrays of the keys in `decode` are read
+    (a vocabulary's tokens and merges, when a caller needs them) instead of skipped."""
+    try:
+        return _parse(_Cursor(memoryview(data), frozenset(decode)))
+    except struct.error as e:
+        raise HeaderError(f"corrupt header ({e})") from None
 
 
 def _parse(cur: _Cursor) -> Header:
@@ -168,7 +180,7 @@ def _parse(cur: _Cursor) -> Header:
         key = cur.name("a key")
         if key in metadata:
             raise HeaderError(f"duplicate key {key}")
-        metadata[key] = cur.value(cur.scalar("<I"))
+        metadata[key] = cur.value(cur.scalar("<I"), key)
     tensors, extents, names = [], [], set()
     for _ in range(n_tensors):
         name, n_dims = cur.name("a tensor name"), cur.scalar("<I")

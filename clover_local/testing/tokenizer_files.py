@@ -10,7 +10,6 @@ shipped as llama.cpp's `ggml-vocab-qwen35.gguf` test vocabulary in the pinned so
 from __future__ import annotations
 
 import json
-import struct
 from collections import Counter
 from dataclasses import dataclass
 from functools import cache
@@ -190,53 +189,15 @@ def qwen_vocabulary() -> Vocabulary:
     return Vocabulary(vocab, merges)  # type: ignore[arg-type]
 
 
-# GGUF value type -> struct format of a scalar (8 = string, 9 = array are handled apart)
-_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-
-
 def read_gguf_arrays(data: bytes, keys: tuple[str, ...]) -> dict[str, list]:
-    """The named string/integer array values of a GGUF file's key-value section.
+    """The named string/integer array values of a GGUF file held in memory."""
+    from ..model.gguf_header import parse
 
-    A linear scan: `gguf.GGUFReader` builds a numpy view of every string, slow for a whole
-    vocabulary (docs/performance.md).
-    """
-    if data[:4] != b"GGUF":
-        raise ValueError("not a GGUF file")
-    pos = 24  # magic, version u32, tensor count u64, kv count u64
-    n_kv = struct.unpack_from("<Q", data, 16)[0]
-
-    def string() -> str:
-        nonlocal pos
-        n = struct.unpack_from("<Q", data, pos)[0]
-        pos += 8 + n
-        return data[pos - n : pos].decode("utf-8")
-
-    def values(vtype: int, count: int) -> list:
-        nonlocal pos
-        if vtype == 8:
-            return [string() for _ in range(count)]
-        fmt = _GGUF_SCALARS[vtype]
-        out = list(struct.unpack_from(f"<{count}{fmt}", data, pos))
-        pos += count * struct.calcsize(fmt)
-        return out
-
-    out: dict[str, list] = {}
-    for _ in range(n_kv):
-        key = string()
-        vtype = struct.unpack_from("<I", data, pos)[0]
-        pos += 4
-        if vtype == 9:
-            etype, count = struct.unpack_from("<IQ", data, pos)
-            pos += 12
-            vals = values(etype, count)
-        else:
-            vals = values(vtype, 1)
-        if key in keys:
-            out[key] = vals
-    missing = [k for k in keys if k not in out]
+    metadata = parse(data, decode=keys).metadata
+    missing = [k for k in keys if k not in metadata]
     if missing:
         raise ValueError(f"GGUF file lacks {', '.join(missing)}")
-    return out
+    return {k: metadata[k] for k in keys}
 
 
 def tokenizer_json(v: Vocabulary) -> dict[str, Any]:

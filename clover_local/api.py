@@ -35,7 +35,7 @@ from .loops import BlockEvent, Event, PassEvent, Result, TokenEvent, ar_loop, di
 from .memory import MemoryEstimate
 from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
 from .model.decoding_parameters import from_request
-from .model.gguf_info import ModelFileError, ModelInfo, read_info
+from .model.gguf_info import ModelFileError, ModelInfo, read_header, read_info
 from .model.tokenizer import THINK_END, THINK_START, CloverTokenizer
 from .placement import FlashAttn, Placement
 from .policy import DecodingSettings
@@ -229,7 +229,8 @@ class Clover:
             else tuple(override_tensor),
             op_offload=op_offload,
         )
-        info = read_info(model_path)
+        header = read_header(model_path)  # read once: the metadata and the memory estimate
+        info = read_info(model_path, header)
         if info.gdn_layers >= int(info.hyperparameters.get("block_count", 0)):
             raise ModelFileError(
                 f"{model_path}: no full-attention layer (every layer is Gated DeltaNet); llama.cpp's "
@@ -248,7 +249,9 @@ class Clover:
 
         _logger.set_verbose(verbose)
         speculative_mode = mode == "speculative"
-        self.memory = memory.plan(model_path, placement, n_gpu_layers, limit, speculative_mode)
+        self.memory = memory.plan(
+            model_path, placement, n_gpu_layers, limit, speculative_mode, shape=memory.ModelShape.of(header)
+        )
         if on_memory is not None:
             on_memory(self.memory)
         elif verbose:

@@ -31,7 +31,7 @@ from .llama.engine import EngineError
 from .model import location
 from .model.config import CONTEXT_LIMIT, ConfigError
 from .model.decoding_parameters import PARAMETERS
-from .model.gguf_info import ModelFileError, read_info
+from .model.gguf_info import ModelFileError, read_header, read_info
 from .model.tokenizer import ChatTemplateError
 from .placement import CACHE_TYPES, Placement
 from .speculative import SpeculativeSettings
@@ -336,14 +336,16 @@ def info(
     loading, placing = options
     check_options(loading, placing)
     try:
-        meta = read_info(model)
+        header = read_header(model)
+        meta = read_info(model, header)
     except ModelFileError as e:
         fail(str(e))
     with user_errors():
         n_ctx = loading["n_ctx"] if loading["n_ctx"] > 0 else CONTEXT_LIMIT
         placement = Placement.from_llama_kwargs(**placement_kwargs(**placing))
         speculative = loading["mode"] is ModeName.speculative
-        mem = memory.plan(model, placement, loading["n_gpu_layers"], n_ctx, speculative)
+        shape = memory.ModelShape.of(header)
+        mem = memory.plan(model, placement, loading["n_gpu_layers"], n_ctx, speculative, shape=shape)
     if as_json:
         print(json.dumps({**meta.to_dict(), "memory": mem.to_dict()}, indent=2))
         return

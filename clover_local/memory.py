@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .model import gguf_names as gn
-from .model.gguf_header import TensorInfo
+from .model.gguf_header import Header, TensorInfo
 from .placement import CPU, Placement, bytes_per_element
 
 GiB = 2**30
@@ -119,12 +119,16 @@ class ModelShape:
 
     @classmethod
     def read(cls, path: str | Path) -> ModelShape:
+        from .model.gguf_info import read_header
+
+        return cls.of(read_header(path))
+
+    @classmethod
+    def of(cls, header: Header) -> ModelShape:
+        """From a header already read (`Clover()` reads it once for the metadata and this)."""
         from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-        from .model.gguf_info import read_header
         from .model.tensors import gdn_layers
-
-        header = read_header(path)  # one read of the header (`gguf_header`): no vocabulary strings
 
         def key(name: str, default: int = 0) -> int:
             v = header.metadata.get(gn.key(name), default)
@@ -295,13 +299,14 @@ def plan(
     n_ctx: int,
     speculative: bool = False,
     n_ubatch: int = 512,
+    shape: ModelShape | None = None,
 ) -> MemoryEstimate:
     """The estimate for loading `path` here: this machine's devices and free memory, and the
     compute buffers llama.cpp reserves for these parameters. Without the patched runtime: no
     GPUs and compute buffers unknown."""
     from .llama import unavailable
 
-    shape = ModelShape.read(path)
+    shape = shape or ModelShape.read(path)
     snapshots = shape.block_size if speculative else 0
     gpus: list[tuple[str, int | None]] = []
     compute = None

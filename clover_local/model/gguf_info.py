@@ -62,8 +62,9 @@ def read_header(path: str | Path) -> Header:
     return header
 
 
-def read_info(path: str | Path) -> ModelInfo:
-    header = read_header(path)
+def read_info(path: str | Path, header: Header | None = None) -> ModelInfo:
+    """What the runtime and `clover info` show of a Clover GGUF (`header`: already read)."""
+    header = header or read_header(path)
     meta = {k: v for k, v in header.metadata.items() if not k.startswith("tokenizer.ggml.t")}
     arch = meta.get("general.architecture", "")
     if arch != gn.ARCH:

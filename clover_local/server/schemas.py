@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from .. import limits
 from ..api import Mode
 
 
@@ -31,16 +32,25 @@ class CloverSettings(BaseModel):
     mode: Mode | None = Field(
         None, description="diffusion or ar on any server; speculative when started with --mode speculative"
     )
-    block_size: int | None = Field(None, ge=1)
-    threshold: float | None = Field(None, ge=0.0, le=1.0)
+    block_size: int | None = None
+    threshold: float | None = None
     coreset: bool | None = None
-    coreset_top_p: float | None = Field(None, gt=0.0, le=1.0)
-    repeat_penalty: float | None = Field(None, gt=0.0)
-    stop_ramp_start: float | None = Field(None, ge=0.0, le=1.0)
+    coreset_top_p: float | None = None
+    repeat_penalty: float | None = None
+    stop_ramp_start: float | None = None
     stop_ramp_max: float | None = None
-    think_ramp_start: float | None = Field(None, ge=0.0, le=1.0)
+    think_ramp_start: float | None = None
     think_ramp_max: float | None = None
     denoise: bool = Field(False, description="stream: add a `clover.pass` event per decoding pass")
+
+    @field_validator("*")
+    @classmethod
+    def _in_range(cls, value: Any, info: ValidationInfo) -> Any:
+        """Every numeric setting against the runtime's one range table (`limits`), field by field
+        so that the error names it; the same check `Clover` makes, before the request is queued."""
+        if info.field_name in limits.RANGES:
+            limits.check(info.field_name, value)
+        return value
 
 
 # the request fields handed to `Clover.create_*_completion` under the same names
@@ -75,15 +85,15 @@ class RequestBase(CloverSettings):
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1, description="OpenAI's newer name of max_tokens")
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=0)
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     seed: int | None = None
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     n: int = Field(1, ge=1)
     user: str | None = None
 

@@ -157,7 +157,10 @@ def parse(data: bytes | memoryview, decode: tuple[str, ...] = ()) -> Header:
     """`read_header` of a GGUF held in memory; the string arrays of the keys in `decode` are read
     (a vocabulary's tokens and merges, when a caller needs them) instead of skipped."""
     try:
-        return _parse(_Cursor(memoryview(data), frozenset(decode)))
+        # a memoryview is used as given: a second view of an mmap would outlive the mmap's close
+        # in an error's traceback (BufferError instead of the HeaderError)
+        buf = data if isinstance(data, memoryview) else memoryview(data)
+        return _parse(_Cursor(buf, frozenset(decode)))
     except struct.error as e:
         raise HeaderError(f"corrupt header ({e})") from None
 

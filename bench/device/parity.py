@@ -164,7 +164,7 @@ def convert(ckpt: Path, out: Path, q: str) -> str | None:
             str(ckpt),
             "-o",
             str(out),
-            "-t",
+            "--outtype",
             q,
             "--force",
         ],

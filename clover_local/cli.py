@@ -462,6 +462,12 @@ def verify(
         if report.speculative_identical is not None:
             same = "identical to" if report.speculative_identical else "[red]differs from[/red]"
             out.print(f"speculative decoding: {same} left-to-right decoding on this file")
+        if tensors := report.checks.get("tensors"):
+            worst, bad = tensors["worst"], len(tensors["failed"])
+            out.print(
+                f"tensors: {tensors['checked']} compared with the checkpoint, {bad} out of bounds"
+                + (f"; worst {worst['name']} ({worst['type']}) {worst['error']:.2%} off" if worst else "")
+            )
         verdict = {True: "[green]PASS[/green]", False: "[red]FAIL[/red]", None: "no tolerance for this type"}
         out.print(f"{verdict[report.passed]}" + "".join(f"\n  {f}" for f in report.failures))
     if report.passed is False:

@@ -3,7 +3,10 @@
 Compares the causal pass over the prompt, one preview of a partially masked block and the commit
 of that block, then a short greedy block-diffusion generation and (files with the diffusion
 tensors) whether self-speculative decoding writes exactly what left-to-right decoding writes on the
-same file, which must hold for every file type.
+same file, which must hold for every file type. Where the converter is installed, every tensor of
+the file is also compared with its checkpoint source (`clover_convert.file_check`, through the
+`clover_local.checks` entry point): the only check that tells a wrong quantized file from a right one
+on a small random model.
 
 Each pass is judged by its softmax distributions, not by raw logit differences:
 
@@ -31,6 +34,7 @@ import ctypes
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import numpy as np
@@ -206,6 +210,8 @@ class ConversionReport:
     reference_generated: list[int]
     token_agreement: float
     speculative_identical: bool | None = None  # speculative == ar on this file (None: not run)
+    # per check of the `clover_local.checks` entry points (the converter's: "tensors"), its report
+    checks: dict[str, dict] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -345,6 +351,9 @@ def check_conversion(
                 (i for i, (a, b) in enumerate(zip(ar, spec, strict=False)) if a != b), min(len(ar), len(spec))
             )
             report.failures.append(f"speculative decoding differs from ar decoding at token {first}")
+    for check in entry_points(group="clover_local.checks"):
+        report.checks[check.name], failures = check.load()(gguf_path, reference_checkpoint_dir)
+        report.failures += failures
     if tol is not None:
         for name, m in (("causal", causal), ("preview", preview), ("commit", commit)):
             report.failures += m.failures(name, tol)

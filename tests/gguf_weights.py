@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+from clover_convert.file_check import shard_files
 from clover_convert.plan import ExpertSpec, TensorSpec, tensor_specs
 from clover_convert.transforms import Fn, qkv_apply, reorder_v_heads, value_heads
 from gguf import GGUFReader, ReaderTensor
@@ -73,18 +74,6 @@ INVERSES: dict[str, Fn] = {
     "conv_squeeze": conv_unsqueeze,
     "conv_right": conv_right_back,
 }
-
-
-_SHARD = re.compile(r"^(.*)-(\d{5})-of-(\d{5})\.gguf$")
-
-
-def shard_files(path: Path) -> list[Path]:
-    """All shards of a split GGUF given any one of them (or just `path` when not split)."""
-    m = _SHARD.match(path.name)
-    if not m:
-        return [path]
-    n = int(m.group(3))
-    return [path.with_name(f"{m.group(1)}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
 
 
 class GGUFWeights:

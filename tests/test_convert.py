@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clover_convert.file_check import source_of
 from clover_convert.pipeline import Options, convert, prepare
 from clover_convert.plan import ExpertSpec, tensor_specs
 from clover_convert.transforms import gate_up_split
@@ -47,14 +48,6 @@ def make(ckpt: Path, out: Path, outtype: str, **kw: object) -> Path:
 
 def field(reader: GGUFReader, key: str) -> object:
     return reader.fields[key].contents()
-
-
-def source_of(ckpt: Checkpoint, spec) -> np.ndarray:
-    """What a GGUF tensor must hold: the forward transform of the float source."""
-    if isinstance(spec, ExpertSpec):
-        parts = [ckpt.expert(spec.layer, e) for e in range(ckpt.model.num_experts)]
-        return np.stack([p[("gate", "up", "down").index(spec.part)] for p in parts])
-    return spec.transform.forward(ckpt.get(spec.source), ckpt.model)
 
 
 @pytest.fixture(scope="module")

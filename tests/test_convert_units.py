@@ -12,6 +12,7 @@ from clover_convert import hub
 from clover_convert import quantize as ggml_quantize
 from clover_convert.encode import Encoder, Piece
 from clover_convert.errors import ConvertError
+from clover_convert.file_check import BOUNDS
 from clover_convert.imatrix import Imatrix
 from clover_convert.mix import OUTTYPES, Role, choose, use_more_bits
 from clover_convert.pipeline import Options, convert, parse_size, prepare
@@ -99,8 +100,11 @@ def test_ggml_quantization_bounds(qtype: GGMLQuantizationType) -> None:
     pieces = [Piece(bf16_bits(x[:40])), Piece(x[40:])]  # BF16 bits and float32 pieces mix
     x[:40] = (bf16_bits(x[:40]).astype(np.uint32) << 16).view(np.float32)
     data = np.frombuffer(encode(qtype, pieces), dtype=np.uint8).reshape(64, -1)
-    err = np.abs(dequantize(data, qtype) - x).max() / np.abs(x).max()
+    back = dequantize(data, qtype)
+    err = np.abs(back - x).max() / np.abs(x).max()
     assert err <= KQUANT_BOUND[qtype]
+    # `clover verify`'s tensor check sits at least twice above what a correct tensor gives
+    assert np.linalg.norm(back - x) / np.linalg.norm(x) <= BOUNDS[qtype] / 2
     if qtype == Q.Q8_0:  # gguf-py's numpy Q8_0 is bit-exact with ggml's
         assert np.array_equal(data, quantize(x, qtype))
 

@@ -61,21 +61,29 @@ def test_correct_conversions_of_peaked_and_flat_models_pass(checkpoint_factory, 
         assert 0 < report.commit.rel_kl_mean < report.tolerance.rel_kl_mean
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny-flat"])
-def test_a_file_with_one_diffusion_tensor_changed_fails(checkpoint_factory, tmp_path, preset):
-    """ssm_bd_scale of one GDN layer x1.3 after conversion: the preview fails, causal passes don't."""
+@pytest.mark.parametrize(
+    ("preset", "outtype"), [("tiny", "f32"), ("tiny-flat", "f32"), ("tiny-flat", "q4_k_m")]
+)
+def test_a_file_with_one_diffusion_tensor_changed_fails(checkpoint_factory, tmp_path, preset, outtype):
+    """ssm_bd_scale of one GDN layer x1.3 after conversion: the tensor check fails it at any file
+    type; at F32 the preview's distributions fail too, the causal passes' don't."""
     from gguf import GGUFReader
 
     ckpt = checkpoint_factory(preset)
-    path = gguf(ckpt, tmp_path, "f32")
+    path = gguf(ckpt, tmp_path, outtype)
     reader = GGUFReader(path, "r+")
     (scale,) = [t for t in reader.tensors if t.name == "blk.0.ssm_bd_scale"]
     scale.data[...] *= 1.3
     del reader
     report = run(path, ckpt, [5, 9, 17, 3])
     assert report.passed is False
-    assert any(f.startswith("preview: mean relative KL") for f in report.failures), report.failures
-    assert not any(f.startswith(("causal:", "commit:")) for f in report.failures), report.failures
+    assert report.checks["tensors"]["failed"][0]["name"] == "blk.0.ssm_bd_scale"
+    assert [f for f in report.failures if f.startswith("tensor ")] == [
+        "tensor blk.0.ssm_bd_scale (F32): relative RMS error 0.3 vs its source > 1e-06"
+    ]
+    if outtype == "f32":
+        assert any(f.startswith("preview: mean relative KL") for f in report.failures), report.failures
+        assert not any(f.startswith(("causal:", "commit:")) for f in report.failures), report.failures
 
 
 def test_clover_verify_command_passes_a_conversion_and_fails_a_mismatch(checkpoint_factory, tmp_path):

@@ -9,6 +9,8 @@
 #   STAGES    comma list of build,gen,convert,baseline,clover,parity,cbench,nographs (default: all)
 #             cbench: `clover bench --simulate` on the largest clover file of the first quant;
 #             nographs: its engine passes again with GGML_CUDA_DISABLE_GRAPHS=1 (what CUDA graphs buy)
+#             sweep: every clover file of the first quant again under each of $SWEEP's settings,
+#             "tag:VAR=V[,VAR=V...] ..." (e.g. "mmvq32:GGML_CUDA_MMVQ_MAX_COLS=32"), tag <file>-<tag>
 #             legacy: every clover file of the first quant again with GGML_CUDA_CLOVER_LEGACY=1 (the
 #             01xx kernels back on upstream's paths, same build: before/after), tag <file>-legacy
 #             profile: one pass of each kind under Nsight Compute on the smallest clover file
@@ -255,7 +257,7 @@ clover_bench() {  # $1 gguf, $2 tag: the runtime's own `clover bench` on the sam
     || { note "clover-bench-$2" "clover bench failed"; rm -f "$WORK/clover-bench-$2.json"; }
 }
 [ -n "${RETIME:-}" ] && rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
-if want baseline || want clover || want parity || want cbench || want nographs || want legacy || want profile || want cpumoe; then
+if want baseline || want clover || want parity || want cbench || want nographs || want legacy || want sweep || want profile || want cpumoe; then
   wait_build || note timings "no CUDA wheel"
 fi
 # The image builds with /opt/gcc (its own GCC), whose libstdc++ need not be the one the dynamic
@@ -305,6 +307,14 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
   if want legacy && [ "$PATCHED" = 1 ]; then
     for f in $(variants "$FIRSTQ" ""); do
       GGML_CUDA_CLOVER_LEGACY=1 time_file "$f" "$(basename "$f" .gguf)-legacy" --pp "${PP%%,*}" --no-sim
+    done
+  fi
+  if want sweep && [ "$PATCHED" = 1 ]; then
+    for setting in ${SWEEP:-}; do
+      stag=${setting%%:*}; IFS=, read -ra svars <<< "${setting#*:}"
+      for f in $(variants "$FIRSTQ" ""); do
+        ( export "${svars[@]}"; time_file "$f" "$(basename "$f" .gguf)-$stag" --pp "${PP%%,*}" --no-sim )
+      done
     done
   fi
   if want nographs && [ "$PATCHED" = 1 ] && [ -f "$LASTCLOVER" ]; then

@@ -308,6 +308,19 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
   [ -n "$FIRST" ] && runtime_check "$FIRST"
   PATCHED=$($PY -c 'from clover_local.llama import capi; print(int(capi.PATCHED))' 2>/dev/null || echo 0)
   log "llama_cpp $($PY -c 'import llama_cpp; print(llama_cpp.__version__)'), Clover C API: $PATCHED"
+  # the changed ops against the CPU first: timings of a wrong kernel would mean nothing
+  if want ops && [ ! -f "$OUT/ops/kernels.json" ]; then
+    if [ -n "$TBO_PID" ]; then wait "$TBO_PID"; TBO_PID=""; fi
+    [ -x "$TBO" ] || ${BUILD_CXX:-g++} -o "$TBO" "$WORK/tbo-src/tbo.o" -L"$SITE/llama_cpp/lib" -lggml -lggml-base \
+        -pthread >> "$WORK/tbo.log" 2>&1
+    if [ ! -x "$TBO" ]; then tail -20 "$WORK/tbo.log" | tee -a "$OUT/run.log"; note ops "test-backend-ops did not build"
+    elif (( $(left) < 120 )); then note ops "too little time left ($(left) s)"
+    else
+      log "ops: test-backend-ops ${OPS_STAGES:-eval,perf}"
+      PREBUILT=1 TBO="$TBO" LIBDIR="$SITE/llama_cpp/lib" STAGES="${OPS_STAGES:-eval,perf}" OUT="$OUT/ops" \
+          WORK="$WORK/ops" BUDGET_S=$(( $(left) - 60 )) bash bench/device/kernels.sh 2>&1 | tail -25 | tee -a "$OUT/run.log"
+    fi
+  fi
   for q in $QUANTS; do
     if want baseline; then
       for f in $(variants "$q" qwen35moe); do time_file "$f" "$(basename "$f" .gguf)"; done
@@ -350,18 +363,6 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
     [ -f "$BASEMAX" ] && time_file "$BASEMAX" "qwen35moe-$LMAX-$FIRSTQ-cpumoe" "${CPUMOE[@]}" --no-engine
     time_file "$LASTCLOVER" "clover-$LMAX-$FIRSTQ-cpumoe" "${CPUMOE[@]}" --sim-tokens "${CPUMOE_SIM_TOKENS:-64}"
     time_file "$LASTCLOVER" "clover-$LMAX-$FIRSTQ-cpumoenooffload" "${CPUMOE[@]}" --no-op-offload --no-sim
-  fi
-  if want ops && [ ! -f "$OUT/ops/kernels.json" ]; then
-    if [ -n "$TBO_PID" ]; then wait "$TBO_PID"; TBO_PID=""; fi
-    [ -x "$TBO" ] || ${BUILD_CXX:-g++} -o "$TBO" "$WORK/tbo-src/tbo.o" -L"$SITE/llama_cpp/lib" -lggml -lggml-base \
-        -pthread >> "$WORK/tbo.log" 2>&1
-    if [ ! -x "$TBO" ]; then tail -20 "$WORK/tbo.log" | tee -a "$OUT/run.log"; note ops "test-backend-ops did not build"
-    elif (( $(left) < 120 )); then note ops "too little time left ($(left) s)"
-    else
-      log "ops: test-backend-ops ${OPS_STAGES:-eval,perf}"
-      PREBUILT=1 TBO="$TBO" LIBDIR="$SITE/llama_cpp/lib" STAGES="${OPS_STAGES:-eval,perf}" OUT="$OUT/ops" \
-          WORK="$WORK/ops" BUDGET_S=$(( $(left) - 60 )) bash bench/device/kernels.sh 2>&1 | tail -25 | tee -a "$OUT/run.log"
-    fi
   fi
   SMALLCLOVER="$WORK/clover-$LMIN-$FIRSTQ.gguf"
   if want profile && [ "$PATCHED" = 1 ] && [ -f "$SMALLCLOVER" ] && [ ! -f "$WORK/profile.json" ]; then

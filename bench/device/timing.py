@@ -528,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-ubatch", type=int, default=512)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--no-engine", action="store_true", help="plain C API timings only")
-    ap.add_argument("--moe-chunks", default="0,8", help="engine routed-expert chunk settings to time")
+    ap.add_argument("--moe-chunks", default="0", help="engine routed-expert chunk settings to time, e.g. 0,8")
     ap.add_argument("--sim-tokens", type=int, default=256, help="tokens per simulated generation")
     ap.add_argument(
         "--coreset-sizes", default=",".join(map(str, CORESET_SIZES)), help="forced coreset sizes to time"

@@ -279,8 +279,6 @@ DECODING_OPTIONS = [
         for p in PARAMETERS
         if p.request is not None
     ),
-    _option("coreset", bool | None, None, "--coreset/--no-coreset", help="Block expert coreset in previews."),
-    _option("coreset_top_p", float | None, None, help="Coreset router mass (default: the model's)."),
     _option("stop", list[str] | None, None, "--stop", help="Stop string (repeatable)."),
     _option(
         "temperature", float | None, None, help="Sampling temperature (ar and speculative modes); 0: greedy."

@@ -328,7 +328,7 @@ def run_engine(path: str, args, rng, res: dict) -> None:
     skipped = res.setdefault("skipped", {})
     try:
         from clover_local import loops, simulation
-        from clover_local.backend import LogitAdjustment, Routing
+        from clover_local.backend import LogitAdjustment
         from clover_local.llama import capi
         from clover_local.llama.engine import LlamaEngine
         from clover_local.policy import DecodingSettings
@@ -404,7 +404,8 @@ def run_engine(path: str, args, rng, res: dict) -> None:
             block_size=BLOCK,
             max_new_tokens=args.sim_tokens,
             context_limit=args.n_ctx,
-            routing=Routing(False, eng.default_routing.top_p),
+            coreset_enabled=False,
+            coreset_top_p=eng.default_routing.top_p,
         )
         t0 = time.perf_counter()
         ar = loops.last_result(loops.ar_loop(eng, prompt, s))

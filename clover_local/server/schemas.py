@@ -1,5 +1,5 @@
 """Request bodies of the server: OpenAI's fields, as llama-cpp-python's server takes them, plus
-Clover's own decoding settings as extra fields.
+Clover's own decoding settings as extra fields (the decoding parameters' table, by request name).
 
 Unknown fields are ignored (apps send many: `user`, `metadata`, ...), but a known field of the
 wrong type or out of range is a 400, and so is an OpenAI feature this model cannot give (several
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
 
 from .. import limits
-from ..api import Mode
+from ..api import DECODING_OVERRIDES, Mode
+from ..model.decoding_parameters import BY_REQUEST_NAME
 
 
 class UnsupportedField(ValueError):
@@ -24,23 +25,14 @@ class UnsupportedField(ValueError):
         self.param = param
 
 
-class CloverSettings(BaseModel):
-    """Clover's decoding controls (None: the server's `clover serve` option, else the model's)."""
+class Controls(BaseModel):
+    """The request's mode and denoise events, and the range check of every field."""
 
     model_config = ConfigDict(extra="ignore")
 
     mode: Mode | None = Field(
         None, description="diffusion or ar on any server; speculative when started with --mode speculative"
     )
-    block_size: int | None = None
-    threshold: float | None = None
-    coreset: bool | None = None
-    coreset_top_p: float | None = None
-    repeat_penalty: float | None = None
-    stop_ramp_start: float | None = None
-    stop_ramp_max: float | None = None
-    think_ramp_start: float | None = None
-    think_ramp_max: float | None = None
     denoise: bool = Field(False, description="stream: add a `clover.pass` event per decoding pass")
 
     @field_validator("*")
@@ -53,26 +45,20 @@ class CloverSettings(BaseModel):
         return value
 
 
-# the request fields handed to `Clover.create_*_completion` under the same names
-FORWARDED = (
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stop",
-    "seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "block_size",
-    "threshold",
-    "coreset",
-    "coreset_top_p",
-    "repeat_penalty",
-    "stop_ramp_start",
-    "stop_ramp_max",
-    "think_ramp_start",
-    "think_ramp_max",
+# the decoding parameters a request may set, as fields (None: the server's `clover serve` option,
+# else the model's); `max_tokens` is OpenAI's field, declared with the others below
+CloverSettings = create_model(
+    "CloverSettings",
+    __base__=Controls,
+    __doc__="Clover's decoding controls: the mode, denoise events and the decoding parameters.",
+    **{
+        name: (BY_REQUEST_NAME[name].type | None, Field(None, description=BY_REQUEST_NAME[name].help))
+        for name in DECODING_OVERRIDES
+    },
 )
+
+# the request fields handed to `Clover.create_*_completion` under the same names
+FORWARDED = ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", *DECODING_OVERRIDES)
 
 
 class StreamOptions(BaseModel):
@@ -92,8 +78,6 @@ class RequestBase(CloverSettings):
     stream: bool = False
     stream_options: StreamOptions | None = None
     seed: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
     n: int = Field(1, ge=1)
     user: str | None = None
 

@@ -708,6 +708,14 @@ REQUEST_ARGS_REFUSED = {
 }
 
 
+def refusal(name: str, value: Any) -> str | None:
+    """Why a request argument that Clover cannot honour is refused (`REQUEST_ARGS_REFUSED`), or None:
+    another name, or the value that asks for nothing (None, False, 0, empty)."""
+    if name in REQUEST_ARGS_REFUSED and value not in (None, False, 0, "", [], {}):
+        return REQUEST_ARGS_REFUSED[name]
+    return None
+
+
 def request_overrides(method: str, settings: dict[str, Any]) -> dict[str, Any]:
     """Clover's decoding overrides among a request's extra keywords; llama-cpp-python's other request
     arguments pass where they change nothing and are refused, with the reason, where they would."""
@@ -723,8 +731,9 @@ def request_overrides(method: str, settings: dict[str, Any]) -> dict[str, Any]:
                     "has not (the graph picks each position's argmax); ask for JSON in the prompt instead"
                 )
         elif name in REQUEST_ARGS_REFUSED:
-            if value not in (None, False, 0, "", [], {}):
-                raise ValueError(REQUEST_ARGS_REFUSED[name])
+            why = refusal(name, value)
+            if why:
+                raise ValueError(why)
         elif name not in REQUEST_ARGS_WITHOUT_EFFECT:
             raise TypeError(f"{method}() got an unexpected keyword argument {name!r}")
     return overrides

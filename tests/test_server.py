@@ -317,6 +317,31 @@ def test_bad_requests_get_openai_errors(
     assert server.post("/v1/chat/completions", {"messages": QUESTION, "max_tokens": 4})[0] == 200
 
 
+def test_error_messages_say_what_to_fix(server: Server) -> None:
+    """A range refusal reads as the API's (no validator wording); a body sent as a form (`curl -d`
+    without a JSON content type) is told to be JSON."""
+    status, reply = server.post("/v1/chat/completions", {"messages": QUESTION, "coreset_top_p": 0})
+    assert status == 400 and reply["error"]["param"] == "coreset_top_p"
+    assert reply["error"]["message"] == "coreset_top_p must be a number > 0 and <= 1, got 0.0"
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    body = json.dumps({"messages": QUESTION}).encode()
+    status, reply = server.request("POST", "/v1/chat/completions", body, headers=form)
+    assert status == 400
+    assert reply["error"]["message"] == (
+        "the request body must be JSON (Content-Type: application/json, "
+        "not application/x-www-form-urlencoded)"
+    )
+
+
+@pytest.mark.parametrize("field", [{"logit_bias": {"9": -100}}, {"grammar": 'root ::= "a"'}])
+def test_features_the_model_cannot_give_are_refused_by_name(server: Server, field: dict[str, Any]) -> None:
+    """llama-cpp-python's request fields that would change the answer in a way Clover cannot are
+    refused as the API refuses them, not silently ignored."""
+    status, reply = server.post("/v1/chat/completions", {"messages": QUESTION, "max_tokens": 4, **field})
+    assert status == 400, reply
+    assert (reply["error"]["param"], reply["error"]["code"]) == (next(iter(field)), "unsupported_parameter")
+
+
 def test_openai_client_raises_on_errors(server: Server) -> None:
     with pytest.raises(openai.BadRequestError, match="request too long"):
         server.client().completions.create(model="tiny", prompt="clover " * 9000, max_tokens=8)

@@ -2,8 +2,9 @@
 Clover's own decoding settings as extra fields (the decoding parameters' table, by request name).
 
 Unknown fields are ignored (apps send many: `user`, `metadata`, ...), but a known field of the
-wrong type or out of range is a 400, and so is an OpenAI feature this model cannot give (several
-choices, tools, log probabilities) rather than an answer that silently lacks it.
+wrong type or out of range is a 400, and so is an OpenAI or llama-cpp-python feature this model
+cannot give (several choices, tools, log probabilities, `logit_bias`, grammars: the API's
+`REQUEST_ARGS_REFUSED`) rather than an answer that silently lacks it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
 
 from .. import limits
-from ..api import DECODING_OVERRIDES, Mode
+from ..api import DECODING_OVERRIDES, Mode, refusal
 from ..model.decoding_parameters import BY_REQUEST_NAME
 
 
@@ -26,9 +27,10 @@ class UnsupportedField(ValueError):
 
 
 class Controls(BaseModel):
-    """The request's mode and denoise events, and the range check of every field."""
+    """The request's mode and denoise events, and the range check of every field. Fields it does
+    not declare are kept aside (`model_extra`), for `RequestBase.check_supported`."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")
 
     mode: Mode | None = Field(
         None, description="diffusion or ar on any server; speculative when started with --mode speculative"
@@ -84,6 +86,10 @@ class RequestBase(CloverSettings):
     def check_supported(self) -> None:
         if self.n != 1:
             raise UnsupportedField("n", "only n=1 is supported: one choice per request")
+        for name, value in (self.model_extra or {}).items():
+            why = refusal(name, value)
+            if why:
+                raise UnsupportedField(name, why)
 
     def clover_kwargs(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """Keyword arguments of `Clover.create_*_completion`: the server's defaults, then what this

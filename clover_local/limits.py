@@ -32,6 +32,7 @@ RANGES: dict[str, Range] = {
     "draft_len": Range(1, MAX_BLOCK_SIZE, integer=True),
     "refinements": Range(0, 64, integer=True),
     "draft_threshold": UNIT,
+    "port": Range(1, 65535, integer=True),  # `clover serve`
     # decoding
     **{p.request: p.range for p in PARAMETERS if p.request is not None and p.range is not None},
     # a request's max_tokens None or <= 0 is the model's default budget (llama-cpp-python), so any

@@ -439,6 +439,23 @@ def test_serve_help_lists_the_shared_options() -> None:
         assert flag in out
 
 
+def test_serve_refuses_an_address_it_cannot_listen_on(llama_gguf: Path) -> None:
+    """A port out of range is a usage error, a port in use one line, both before the model loads."""
+    clover_bin = str(Path(sys.executable).with_name("clover"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for args, code, line in (
+            (["--port", "70000"], 2, "error: --port must be an integer from 1 to 65535, got 70000"),
+            (["--port", str(port)], 1, f"error: cannot listen on 127.0.0.1:{port}: Address already in use"),
+        ):
+            res = subprocess.run(
+                [clover_bin, "serve", str(llama_gguf), *args], capture_output=True, text=True, timeout=60
+            )
+            assert (res.returncode, res.stderr.strip()) == (code, line)
+
+
 def test_follow_up_turn_reuses_the_conversation(server: Server) -> None:
     """The next turn of a conversation runs only its new tokens: the `Clover` API keeps the
     sequence between requests, and the server sends every request through the same one."""

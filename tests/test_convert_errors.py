@@ -190,3 +190,10 @@ def test_failure_while_writing_leaves_nothing(
     res = CliRunner().invoke(app, [str(tiny_checkpoint), "-o", str(out_dir / "m.gguf")])
     assert res.exit_code == 1 and "No space left on device" in res.output
     assert list(out_dir.iterdir()) == []
+
+
+def test_threads_are_bounded(tiny_checkpoint: Path, out_dir: Path) -> None:
+    """A thread count beyond any machine's cores is a usage error, before any work."""
+    res = run_cli(tiny_checkpoint, "-o", out_dir / "m.gguf", "--threads", "100000")
+    assert res.returncode == 2 and "'--threads'" in res.stderr and "512" in res.stderr, res.stderr
+    assert list(out_dir.iterdir()) == []

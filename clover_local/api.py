@@ -546,6 +546,8 @@ class Clover:
         `RequestTooLong` (a ValueError) before any work when the request cannot fit, `OptionError`
         (a ValueError) for a value out of range.
         """
+        if isinstance(prompt, list):
+            check_token_ids(prompt, self.backend.vocab_size)
         ids = prompt if isinstance(prompt, list) else self.tokenizer.encode(prompt)
         sampling = Sampling(temperature, top_p, top_k, min_p, seed)
         overrides = request_overrides("create_completion", settings)
@@ -737,6 +739,13 @@ def request_overrides(method: str, settings: dict[str, Any]) -> dict[str, Any]:
         elif name not in REQUEST_ARGS_WITHOUT_EFFECT:
             raise TypeError(f"{method}() got an unexpected keyword argument {name!r}")
     return overrides
+
+
+def check_token_ids(ids: Sequence[int], vocab_size: int) -> None:
+    """A prompt given as token ids holds tokens of the vocabulary (llama.cpp fails the pass on any
+    other), checked before any work."""
+    if not all(isinstance(t, int | np.integer) and 0 <= t < vocab_size for t in ids):
+        raise ValueError(f"prompt: token ids must lie in [0, {vocab_size})")
 
 
 def _stops(stop: str | list[str] | None) -> list[str]:

@@ -29,7 +29,7 @@ from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
-from ..api import Clover
+from ..api import Clover, check_token_ids
 from ..limits import OptionError
 from ..policy import RequestTooLong
 from .schemas import ChatCompletionRequest, CompletionRequest, RequestBase, UnsupportedField
@@ -151,9 +151,11 @@ def create_app(clover: Clover, config: ServerConfig) -> FastAPI:
     @app.post("/v1/completions", dependencies=[Depends(authorize)])
     async def completions(body: CompletionRequest, request: Request) -> Response:
         kwargs = checked(body)
-        vocab = clover.tokenizer.vocab_size
-        if isinstance(body.prompt, list) and not all(0 <= t < vocab for t in body.prompt):
-            raise APIError(400, f"prompt: token ids must lie in [0, {vocab})", param="prompt")
+        if isinstance(body.prompt, list):
+            try:
+                check_token_ids(body.prompt, clover.backend.vocab_size)  # before queuing
+            except ValueError as e:
+                raise APIError(400, str(e), param="prompt") from e
 
         def start(on_event):  # runs on the worker thread
             return clover.create_completion(

@@ -20,7 +20,14 @@ from .decoding_parameters import (
     DecodingParameters,
     Parameter,
 )
-from .hparam_limits import DIFFUSION_LIMITS, LLAMA_MAX_LAYERS, MODEL_LIMITS, Limit, check_values
+from .hparam_limits import (
+    DIFFUSION_LIMITS,
+    LLAMA_MAX_LAYERS,
+    MODEL_LIMITS,
+    Limit,
+    check_values,
+    rope_sections_violation,
+)
 from .json_fields import ConfigError
 
 ARCHITECTURES = ("CloverMoeModelLM", "CloverMoeForCausalLM")
@@ -159,6 +166,9 @@ class CloverConfig:
             | _parameters(text, CONFIG, {p.config_key: p for p in CONFIG_PARAMETERS}),
         )
         check_limits(model, MODEL_LIMITS)
+        why = rope_sections_violation(model.mrope_section, model.head_dim)
+        if why:
+            raise ConfigError(f"{c} mrope_section is {list(model.mrope_section)}: {why}")
         return model
 
     def with_overrides(self, **kw: Any) -> CloverConfig:

@@ -10,7 +10,7 @@ from their table (`decoding_parameters`, its range column).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -90,6 +90,23 @@ DIFFUSION_LIMITS: tuple[Limit, ...] = tuple(
 )
 
 LIMITS = MODEL_LIMITS + DIFFUSION_LIMITS
+
+
+ROPE_SECTIONS = gn.key("rope.dimension_sections")
+_INT = Range(integer=True)
+
+
+def rope_sections_violation(sections: Sequence[Any], head_dim: Any) -> str | None:
+    """Why the rotary sections (config.json's `mrope_section`) are outside what ggml's multi-section
+    rope runs, or None: up to 4 counts >= 0, one of the first three > 0 and their sum at most the
+    head dimension (else `GGML_ASSERT(sections[0] > 0 || ...)` / `(sect_dims <= ne0)` abort)."""
+    if len(sections) > 4 or not all(_INT.allows(s) and s >= 0 for s in sections):
+        return "must be up to 4 integers >= 0"
+    if not any(sections[:3]):
+        return "must have one of its first three sections > 0"
+    if _INT.allows(head_dim) and sum(sections) > head_dim:
+        return f"must add up to at most the head dimension, {head_dim}"
+    return None
 
 
 def violation(limit: Limit, value: Any, bound: Callable[[str], Any]) -> str | None:

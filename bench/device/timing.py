@@ -345,7 +345,7 @@ def run_ar_mode(path: str, args, rng, res: dict) -> None:
     `ar` loop's tok/s and its host split."""
     from bench.loop_host import host_split
     from clover_local import loops
-    from clover_local.backend import LogitAdjustment, Routing
+    from clover_local.backend import LogitAdjustment
     from clover_local.llama.engine import LlamaEngine
     from clover_local.policy import DecodingSettings, RunningAdjustment
 
@@ -367,7 +367,8 @@ def run_ar_mode(path: str, args, rng, res: dict) -> None:
             max_new_tokens=args.sim_tokens,
             context_limit=args.n_ctx,
             stop_token_ids=(0,),
-            routing=Routing(False, eng.default_routing.top_p),
+            coreset_enabled=False,
+            coreset_top_p=eng.default_routing.top_p,
         )
         loop_adj = RunningAdjustment(s, V, prompt).adjustment()
         eng.prefill(prompt, identity)
@@ -415,7 +416,7 @@ def run_engine(path: str, args, rng, res: dict) -> None:
     skipped = res.setdefault("skipped", {})
     try:
         from clover_local import simulation
-        from clover_local.backend import LogitAdjustment, Routing
+        from clover_local.backend import LogitAdjustment
         from clover_local.llama import capi
         from clover_local.llama.engine import LlamaEngine
         from clover_local.policy import DecodingSettings
@@ -492,7 +493,8 @@ def run_engine(path: str, args, rng, res: dict) -> None:
             block_size=BLOCK,
             max_new_tokens=args.sim_tokens,
             context_limit=args.n_ctx,
-            routing=Routing(False, eng.default_routing.top_p),
+            coreset_enabled=False,
+            coreset_top_p=eng.default_routing.top_p,
         )
         res["simulation_label"] = simulation.SIMULATION_LABEL
         if eng.has_diffusion:

@@ -52,6 +52,9 @@ Ctrl-C stops an answer."""
 SETTABLE: dict[str, type] = {
     **{p.request: p.type for p in PARAMETERS if p.request is not None},
     "temperature": float,
+    "top_k": int,
+    "top_p": float,
+    "min_p": float,
     "seed": int,
     "coreset_top_p": float,
 }

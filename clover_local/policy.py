@@ -1,9 +1,10 @@
 """The decoding policy, one for every backend: fill rule, logit adjustment, penalties, ramps,
 stops and the length limit (docs/model.md 2.1, 2.5; docs/design.md "Decoding").
 
-A backend only runs passes and returns, per row, the argmax token and its probability after the
-logit adjustment built here (`pick` is that contract in numpy). Every decision about which
-positions to fill, when to stop and what to penalise is taken in this module.
+A backend only runs passes and returns, per row, the argmax token (or a token its sampler draws at
+the uniforms drawn here, `Draws`) and its probability after the logit adjustment built here (`pick`
+and `sample` are that contract in numpy). Every decision about which positions to fill, when to
+stop and what to penalise is taken in this module.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import LogitAdjustment, Routing, RowAdjustments
+from .backend import GREEDY, Draw, LogitAdjustment, Routing, RowAdjustments, Sampler
 from .model.config import CONTEXT_LIMIT, GenerationDefaults
 from .model.decoding_parameters import PARAMETERS, DecodingParameters
 
@@ -35,6 +36,8 @@ class DecodingSettings(DecodingParameters):
     think_end_id: int | None = None
     context_limit: int = CONTEXT_LIMIT
     routing: Routing | None = None  # the previews' MoE routing; None: the model file's
+    sampler: Sampler = GREEDY  # how every pass picks its rows' tokens
+    seed: int | None = None  # the sampler's seed; None: a fresh one per request
 
     @classmethod
     def from_defaults(
@@ -45,6 +48,20 @@ class DecodingSettings(DecodingParameters):
         kw.update(mask_token_id=mask_token_id, stop_token_ids=gen.eos_token_ids)
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
+
+
+class Draws:
+    """A request's randomness: per sampled pass one uniform per head row, from one generator seeded
+    with the request's seed and drawn in pass order, so a seed reproduces a request on every
+    backend (docs/model.md 2.1). Greedy settings draw nothing (every pass gets None)."""
+
+    def __init__(self, s: DecodingSettings):
+        self.sampler = s.sampler
+        self.rng = None if s.sampler.greedy else np.random.default_rng(s.seed)
+
+    def __call__(self, rows: int) -> Draw | None:
+        """The draw of a pass with `rows` head rows."""
+        return None if self.rng is None else Draw(self.sampler, self.rng.random(rows))
 
 
 def check_length(prompt_len: int, s: DecodingSettings) -> None:

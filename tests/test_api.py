@@ -344,13 +344,13 @@ class CountingBackend(NumpyBackend):
 
     passes = 0
 
-    def preview(self, block, adj, routing=None):
+    def preview(self, block, adj, routing=None, draw=None):
         self.passes += 1
-        return super().preview(block, adj, routing)
+        return super().preview(block, adj, routing, draw)
 
-    def commit(self, tokens, adj):
+    def commit(self, tokens, adj, draw=None):
         self.passes += 1
-        return super().commit(tokens, adj)
+        return super().commit(tokens, adj, draw)
 
 
 def test_over_long_requests_are_rejected_up_front_with_the_numbers(tiny_checkpoint, tok):

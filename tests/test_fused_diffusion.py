@@ -35,14 +35,14 @@ class Unfused:
     def __init__(self, backend):
         self.backend, self.vocab_size = backend, backend.vocab_size
 
-    def prefill(self, tokens, adj):
-        return self.backend.prefill(tokens, adj)
+    def prefill(self, tokens, adj, draw=None):
+        return self.backend.prefill(tokens, adj, draw)
 
-    def preview(self, block, adj, routing=None):
-        return self.backend.preview(block, adj, routing)
+    def preview(self, block, adj, routing=None, draw=None):
+        return self.backend.preview(block, adj, routing, draw)
 
-    def commit(self, tokens, adj):
-        return self.backend.commit(tokens, adj)
+    def commit(self, tokens, adj, draw=None):
+        return self.backend.commit(tokens, adj, draw)
 
 
 class Counting(Unfused):
@@ -54,21 +54,21 @@ class Counting(Unfused):
         super().__init__(backend)
         self.calls: list[str] = []
 
-    def prefill(self, tokens, adj):
+    def prefill(self, tokens, adj, draw=None):
         self.calls.append("prefill")
-        return super().prefill(tokens, adj)
+        return super().prefill(tokens, adj, draw)
 
-    def preview(self, block, adj, routing=None):
+    def preview(self, block, adj, routing=None, draw=None):
         self.calls.append("preview")
-        return super().preview(block, adj, routing)
+        return super().preview(block, adj, routing, draw)
 
-    def commit(self, tokens, adj):
+    def commit(self, tokens, adj, draw=None):
         self.calls.append("commit")
-        return super().commit(tokens, adj)
+        return super().commit(tokens, adj, draw)
 
-    def commit_and_preview(self, tokens, adj, block, routing=None):
+    def commit_and_preview(self, tokens, adj, block, routing=None, draw=None):
         self.calls.append("commit_and_preview")
-        return self.backend.commit_and_preview(tokens, adj, block, routing)
+        return self.backend.commit_and_preview(tokens, adj, block, routing, draw)
 
 
 def settings(ckpt: Path, block_size: int, max_new_tokens: int, **kw) -> DecodingSettings:

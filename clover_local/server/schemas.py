@@ -59,6 +59,7 @@ FORWARDED = (
     "temperature",
     "top_p",
     "top_k",
+    "min_p",
     "stop",
     "seed",
     "presence_penalty",
@@ -88,6 +89,7 @@ class RequestBase(CloverSettings):
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+    min_p: float | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None

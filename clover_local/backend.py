@@ -110,9 +110,12 @@ class Draw:
     sampler: Sampler
     uniforms: np.ndarray  # [head rows] float64
 
-    def rows(self, start: int, stop: int | None) -> Draw:
-        """The draw of head rows [start, stop) (a fused pass's two parts)."""
-        return Draw(self.sampler, self.uniforms[start:stop])
+
+def split_draw(draw: Draw | None) -> tuple[Draw | None, Draw | None]:
+    """A fused pass's draw as its commit's (the first head row) and its preview's (the rest)."""
+    if draw is None:
+        return None, None
+    return Draw(draw.sampler, draw.uniforms[:1]), Draw(draw.sampler, draw.uniforms[1:])
 
 
 def confidence(adjusted: np.ndarray, tokens: np.ndarray) -> np.ndarray:

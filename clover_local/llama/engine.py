@@ -30,6 +30,7 @@ from ..backend import (
     Sampler,
     Verification,
     distribution,
+    split_draw,
 )
 from ..placement import Placement
 from ..prompt_cache import Checkpoint, PromptCache, Reuse
@@ -340,7 +341,7 @@ class LlamaEngine:
         if len(tokens) == 0:
             raise ValueError("a pass needs at least one token")
         if len(tokens) + len(block) > ll.llama_n_ubatch(self.ctx):
-            first, rest = (None, None) if draw is None else (draw.rows(0, 1), draw.rows(1, None))
+            first, rest = split_draw(draw)
             return self.commit(tokens, adj, first), self.preview(block, adj, routing, rest)
         self._require_diffusion(block)
         self._pass_start = None  # a commit: nothing to roll back

@@ -19,6 +19,7 @@ from ..backend import (
     distribution,
     head,
     pick,
+    split_draw,
 )
 from .model import ReferenceModel, State
 
@@ -70,7 +71,7 @@ class NumpyBackend:
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
         """`backend.FusedBackend`: a commit, then a preview over the state it left (what the fused
         graph of another backend must equal)."""
-        first, rest = (None, None) if draw is None else (draw.rows(0, 1), draw.rows(1, None))
+        first, rest = split_draw(draw)
         return self.commit(tokens, adj, first), self.preview(block, adj, routing, rest)
 
     def verify_and_draft(

@@ -29,7 +29,7 @@ from typing import Any, Literal, Protocol, cast
 import numpy as np
 
 from . import limits, memory, policy, speculative
-from .backend import Backend, SpeculativeBackend
+from .backend import Backend, Sampler, SpeculativeBackend
 from .guard import Guard, serialized
 from .loops import BlockEvent, Event, PassEvent, Result, TokenEvent, ar_loop, diffusion_loop
 from .memory import MemoryEstimate
@@ -40,7 +40,6 @@ from .model.tokenizer import THINK_END, THINK_START, CloverTokenizer
 from .placement import FlashAttn, Placement
 from .policy import DecodingSettings
 from .prompt_cache import Reuse
-from .sampling import GumbelBackend
 from .textstream import CONTENT, REASONING, Delta, TextStream
 
 Mode = Literal["diffusion", "ar", "speculative"]
@@ -426,31 +425,21 @@ class Clover:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     @serialized
-    def generate(
-        self, tokens: Sequence[int], s: DecodingSettings, temperature: float = 0.0, seed: int | None = None
-    ) -> Iterator[AnyEvent]:
+    def generate(self, tokens: Sequence[int], s: DecodingSettings) -> Iterator[AnyEvent]:
         """The decode events of one request (like `Llama.generate`, which yields tokens).
 
         diffusion: a `PassEvent` per preview, a `BlockEvent` per commit; ar: a `TokenEvent` per
         token; speculative: an `IterationEvent` per verify-and-draft pass. All end with a `Result`.
-        Sampling (temperature > 0): ar through Gumbel noise (`sampling`), speculative through
-        its own acceptance rule (a backend giving distributions); diffusion decodes greedily
-        whatever the temperature (one pass fills many positions from one bias shared by every
-        row), and says so in the statistics (`Sampling.applied`).
+        Every mode applies `s.sampler` with `s.seed`: diffusion and ar draw each row's token in the
+        pass (one uniform per row), speculative by its acceptance rule over the distributions.
         """
-        if self.mode == "diffusion":
-            temperature = 0.0
         if self.mode == "ar":
-            backend = self.backend
-            if temperature > 0:
-                backend = GumbelBackend(backend, temperature, np.random.default_rng(seed))
-            return self._guard.steps(ar_loop(backend, tokens, s))
+            return self._guard.steps(ar_loop(self.backend, tokens, s))
         if self.mode == "speculative":
             if not self.backend.capabilities.speculative:
                 raise ValueError("this backend cannot run the speculative mode (no verify_and_draft pass)")
-            spec = replace(self.draft, temperature=temperature, seed=seed)
             backend = cast(SpeculativeBackend, self.backend)
-            return self._guard.steps(speculative.speculative_loop(backend, tokens, s, spec))
+            return self._guard.steps(speculative.speculative_loop(backend, tokens, s, self.draft))
         return self._guard.steps(diffusion_loop(self.backend, tokens, s))
 
     def _run(
@@ -459,7 +448,6 @@ class Clover:
         s: DecodingSettings,
         stop: Sequence[str],
         reasoning: bool,
-        sampling: Sampling,
         on_event: EventCallback | None,
         checkpoint_at: int | None = None,
     ) -> Iterator[list[Delta] | _Outcome]:
@@ -471,7 +459,7 @@ class Clover:
         if hasattr(self.backend, "checkpoint_at"):
             self.backend.checkpoint_at = checkpoint_at
         trace, text = _Trace(self.mode, len(prompt)), TextStream(self._text, stop, reasoning)
-        events = self.generate(prompt, s, sampling.temperature, sampling.seed)
+        events = self.generate(prompt, s)
         committed: list[int] = []
         final: list[int] = []
         finish = "stop"
@@ -503,7 +491,7 @@ class Clover:
         if deltas:
             yield deltas
         reuse = getattr(self.backend, "reuse", None)
-        stats = {**trace.stats(reuse), "sampling": sampling.applied(self.mode)}
+        stats = {**trace.stats(reuse), "sampling": _sampling_report(s)}
         yield _Outcome("stop" if text.stopped else finish, text.n_tokens, stats)
 
     def _prepare(
@@ -516,7 +504,7 @@ class Clover:
         limits.check_all({**asdict(sampling), **overrides, "max_tokens": max_tokens})
         s = self.decoding_settings(len(prompt), max_tokens, **overrides)
         policy.check_length(len(prompt), s)
-        return s
+        return replace(s, sampler=sampling.sampler(), seed=sampling.seed)
 
     @serialized
     def create_completion(
@@ -552,7 +540,7 @@ class Clover:
         sampling = Sampling(temperature, top_p, top_k, min_p, seed)
         overrides = request_overrides("create_completion", settings)
         s = self._prepare(ids, max_tokens, sampling, overrides)
-        steps = self._run(ids, s, _stops(stop), False, sampling, on_event)
+        steps = self._run(ids, s, _stops(stop), False, on_event)
         head = {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time())}
         head["model"] = model or self.model_path
         if stream:
@@ -608,7 +596,7 @@ class Clover:
         s = self._prepare(ids, max_tokens, sampling, overrides)
         reasoning = policy.thinking(ids, [], s)
         history = self._history_length(ids, messages, thinking)
-        steps = self._run(ids, s, _stops(stop), reasoning, sampling, on_event, history)
+        steps = self._run(ids, s, _stops(stop), reasoning, on_event, history)
         head = {"id": f"chatcmpl-{uuid.uuid4()}", "object": "chat.completion", "created": int(time.time())}
         head["model"] = model or self.model_path
         if stream:
@@ -671,14 +659,15 @@ class Sampling:
         if self.seed is not None and self.seed < 0:  # -1: a random seed, as in llama.cpp
             object.__setattr__(self, "seed", None)
 
-    def applied(self, mode: str) -> str:
-        """What the mode did with them: every mode decodes greedily at temperature 0; diffusion
-        always (see `Clover.generate`); ar and speculative sample at the temperature from the
-        whole distribution (the graph returns one pick per row, so no top-k / top-p / min-p cut)."""
-        if self.temperature <= 0 or mode == "diffusion":
-            return "greedy" if self.temperature <= 0 else "greedy (diffusion mode decodes greedily)"
-        truncation = self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0
-        return f"temperature {self.temperature}" + (" (top_k/top_p/min_p not applied)" if truncation else "")
+    def sampler(self) -> Sampler:
+        """The decoding policy's sampler (every mode applies all four, `backend.Sampler`)."""
+        return Sampler(self.temperature, self.top_k, self.top_p, self.min_p)
+
+
+def _sampling_report(s: DecodingSettings) -> str:
+    """`clover.sampling`: what decoded the request, "greedy" or the sampler in effect and its seed."""
+    seeded = "" if s.sampler.greedy or s.seed is None else f", seed {s.seed}"
+    return f"{s.sampler}{seeded}"
 
 
 # llama-cpp-python's constructor arguments that mean nothing for Clover: accepted, no effect

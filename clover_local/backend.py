@@ -69,23 +69,123 @@ def adjust_logits(logits: np.ndarray, adj: LogitAdjustment) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class Sampler:
+    """How a pass turns a row's adjusted logits into its token: the argmax at temperature 0, else a draw
+    from `distribution`, cut as llama.cpp's sampler chain (and so `llama_cpp.Llama`) cuts them.
+
+    `top_k` keeps the k most likely tokens (0: all), `top_p` then the fewest of those whose probability
+    reaches p (1: all), `min_p` then those at least min_p times as likely as the most likely (0: all);
+    the temperature divides the logits of what is left. A pass gets one with its uniforms (`Draw`).
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    def __str__(self) -> str:
+        """What a result reports (`clover.sampling`): "greedy", or the temperature and the cuts in effect."""
+        if self.greedy:
+            return "greedy"
+        parts = [f"temperature {self.temperature}"]
+        parts += [f"top_k {self.top_k}"] if self.top_k > 0 else []
+        parts += [f"top_p {self.top_p}"] if self.top_p < 1 else []
+        parts += [f"min_p {self.min_p}"] if self.min_p > 0 else []
+        return ", ".join(parts)
+
+
+GREEDY = Sampler()
+
+
+@dataclass(frozen=True)
+class Draw:
+    """A sampled pass: its sampler and one uniform in [0, 1) per head row, the only random numbers that
+    reach a backend (so a pass is a function of its inputs, and a seed reproduces a request)."""
+
+    sampler: Sampler
+    uniforms: np.ndarray  # [head rows] float64
+
+
+def split_draw(draw: Draw | None) -> tuple[Draw | None, Draw | None]:
+    """A fused pass's draw as its commit's (the first head row) and its preview's (the rest)."""
+    if draw is None:
+        return None, None
+    return Draw(draw.sampler, draw.uniforms[:1]), Draw(draw.sampler, draw.uniforms[1:])
+
+
+def confidence(adjusted: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """A row's confidence in its token, [T] (docs/model.md 2.1 [ours]; the graph's `build_clover_confidence`).
+
+    The token's probability under the adjusted logits [T, V] over the whole vocabulary at temperature 1,
+    however it was chosen: what the fill threshold compares, the greedy pick's probability, and for a
+    sampled token the model's own certainty of it, not its probability under the cut, tempered
+    distribution it was drawn from (which a temperature near 0 or top_k 1 would push to 1 everywhere).
+    """
+    top = adjusted.max(axis=-1, keepdims=True)
+    own = np.take_along_axis(adjusted, np.asarray(tokens)[:, None], axis=-1)
+    return (np.exp(own - top) / np.exp(adjusted - top).sum(axis=-1, keepdims=True))[:, 0]
+
+
 def pick(logits: np.ndarray, adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
     """Per row of logits [T, V]: the argmax token after adjustment and its softmax probability."""
     adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj)
     tokens = adjusted.argmax(axis=-1)
-    top = np.take_along_axis(adjusted, tokens[:, None], axis=-1)
-    probs = 1.0 / np.exp(adjusted - top).sum(axis=-1)
-    return tokens, probs
+    return tokens, confidence(adjusted, tokens)
 
 
-def distribution(logits: np.ndarray, adj: LogitAdjustment, temperature: float) -> np.ndarray:
-    """Sampling distributions [..., V]: softmax of the adjusted logits / temperature (> 0).
+def kept(adjusted: np.ndarray, sampler: Sampler) -> np.ndarray:
+    """The tokens a sampler's cut keeps, a mask like `adjusted` [..., V] (the graph's `build_clover_cut`).
 
-    What a sampled mode draws from; the same adjustment as `pick`, so greedy is its limit at 0.
+    llama.cpp's order: the top_k most likely, then of those the fewest whose probability (softmax over
+    them at temperature 1) reaches top_p, then those whose logit is at least the maximum + log(min_p);
+    at least the most likely token. The cut is the lowest kept logit: tokens tied with it stay too.
     """
-    adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj) / temperature
-    e = np.exp(adjusted - adjusted.max(axis=-1, keepdims=True))
+    vocab = adjusted.shape[-1]
+    k = sampler.top_k if 0 < sampler.top_k < vocab else vocab
+    if k == vocab and sampler.top_p >= 1:
+        if sampler.min_p <= 0:
+            return np.ones(adjusted.shape, dtype=bool)
+        return adjusted >= adjusted.max(axis=-1, keepdims=True) + np.log(sampler.min_p)
+    ranked = -np.sort(-adjusted, axis=-1)[..., :k]  # descending
+    n = np.full(adjusted.shape[:-1], k)
+    if sampler.top_p < 1:
+        e = np.exp(ranked - ranked[..., :1])
+        before = np.cumsum(e, axis=-1) - e
+        n = np.minimum(n, (before < sampler.top_p * e.sum(axis=-1, keepdims=True)).sum(axis=-1))
+    if sampler.min_p > 0:
+        n = np.minimum(n, (ranked >= ranked[..., :1] + np.log(sampler.min_p)).sum(axis=-1))
+    cut = np.take_along_axis(ranked, np.clip(n, 1, k)[..., None] - 1, axis=-1)
+    return adjusted >= cut
+
+
+def distribution(logits: np.ndarray, adj: LogitAdjustment, sampler: Sampler) -> np.ndarray:
+    """Sampling distributions [..., V]: the adjusted logits cut as the sampler says (`kept`), divided by
+    its temperature (> 0), softmax. What every sampled mode draws from; greedy is its limit at 0.
+    """
+    adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj)
+    scaled = np.where(kept(adjusted, sampler), adjusted, -np.inf) / sampler.temperature
+    e = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
+
+
+def sample(logits: np.ndarray, adj: LogitAdjustment, draw: Draw) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of logits [T, V]: a token drawn from `distribution` by inverse CDF at the row's uniform,
+    over the vocabulary in id order (the graph's `build_clover_sample`), and its `confidence`."""
+    adjusted = adjust_logits(np.asarray(logits, dtype=np.float64), adj)
+    cdf = np.cumsum(distribution(logits, adj, draw.sampler), axis=-1)
+    at = (cdf <= (np.asarray(draw.uniforms) * cdf[:, -1])[:, None]).sum(axis=-1)
+    tokens = np.minimum(at, (cdf < cdf[:, -1:]).sum(axis=-1))  # never past the last token with weight
+    return tokens, confidence(adjusted, tokens)
+
+
+def head(logits: np.ndarray, adj: LogitAdjustment, draw: Draw | None) -> tuple[np.ndarray, np.ndarray]:
+    """What a pass's head returns per row of logits [T, V]: `pick`, or `sample` when the pass draws."""
+    return pick(logits, adj) if draw is None else sample(logits, adj, draw)
 
 
 @dataclass(frozen=True)
@@ -120,27 +220,37 @@ class Routing:
 class Backend(Protocol):
     """What a model runtime must offer the loop; every answer is O(block) numbers.
 
-    Each method runs one pass and returns, per requested row, the argmax token after the logit
-    adjustment and its probability (`pick`). Rows are the pass's input positions; row i's
-    hidden state predicts position i + 1 (the loop does the alignment, `aligned_candidates`).
+    Each method runs one pass and returns, per head row, the argmax token after the logit
+    adjustment and its probability (`pick`), or with a `Draw` (one uniform per head row, in row
+    order) a token drawn by its sampler and its confidence (`sample`). Rows are the pass's input
+    positions; row i's hidden state predicts position i + 1 (the loop does the alignment,
+    `aligned_candidates`).
     """
 
     vocab_size: int
     capabilities: Capabilities
     default_routing: Routing  # the model file's (`clover-moe.diffusion.coreset_*`, config.json)
 
-    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        """Start a new sequence with a causal pass over `tokens`; the last row's pick."""
+    def prefill(
+        self, tokens: Sequence[int], adj: LogitAdjustment, draw: Draw | None = None
+    ) -> tuple[int, float]:
+        """Start a new sequence with a causal pass over `tokens`; the last row's pick (one head row)."""
         ...
 
     def preview(
-        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+        self,
+        block: Sequence[int],
+        adj: LogitAdjustment,
+        routing: Routing | None = None,
+        draw: Draw | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Denoising pass over the block after the committed prefix, state untouched; all rows' picks."""
         ...
 
-    def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        """Causal pass appending `tokens` to the sequence; the last row's pick."""
+    def commit(
+        self, tokens: Sequence[int], adj: LogitAdjustment, draw: Draw | None = None
+    ) -> tuple[int, float]:
+        """Causal pass appending `tokens` to the sequence; the last row's pick (one head row)."""
         ...
 
     def close(self) -> None:
@@ -165,8 +275,10 @@ class FusedBackend(Backend, Protocol):
         adj: LogitAdjustment,
         block: Sequence[int],
         routing: Routing | None = None,
+        draw: Draw | None = None,
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
-        """`commit(tokens, adj)`, then `preview(block, adj, routing)` over the state it leaves."""
+        """`commit(tokens, adj)`, then `preview(block, adj, routing)` over the state it leaves; head
+        rows: the commit's last row, then the block's (1 + len(block) uniforms)."""
         ...
 
 
@@ -222,7 +334,7 @@ class Verification:
     `tokens` / `probs`: per causal row the argmax after that row's adjustment and its probability
     (`pick`); row j predicts position start + j + 1. `draft_tokens` / `draft_probs`: the
     same for the preview rows under `RowAdjustments.last()`; row i predicts position
-    start + len(causal rows) + i + 1. With temperature > 0, `dist` / `draft_dist` hold the rows'
+    start + len(causal rows) + i + 1. With a sampler, `dist` / `draft_dist` hold the rows'
     sampling distributions (`distribution`), else None.
     """
 
@@ -242,7 +354,7 @@ class SpeculativeBackend(Backend, Protocol):
         tokens: Sequence[int],
         adjs: RowAdjustments,
         preview: Sequence[int],
-        temperature: float = 0.0,
+        sampler: Sampler = GREEDY,
         routing: Routing | None = None,
     ) -> Verification:
         """One pass: `tokens` run causally after the sequence (appended, with a recurrent-state
@@ -250,9 +362,10 @@ class SpeculativeBackend(Backend, Protocol):
         a denoising block right after them over the state they produce, writing nothing.
 
         `tokens` may be empty (a plain preview) and `preview` may be empty (a plain commit). Causal
-        row j uses `adjs.row(j)`, preview rows `adjs.last()`; temperature > 0 asks for the
-        distributions too (a graph could instead sample in place from one uniform per row);
-        `routing` is the preview rows' (None: `default_routing`).
+        row j uses `adjs.row(j)`, preview rows `adjs.last()`; a sampler (not greedy) asks for the
+        distributions too: the acceptance rule weighs p against q over the whole vocabulary, so
+        this pass reads full logits where the others draw in the graph (`Draw`); `routing` is the
+        preview rows' (None: `default_routing`).
         """
         ...
 

@@ -62,6 +62,9 @@ def on_off(text: str) -> bool:
 SETTABLE: dict[str, Callable[[str], Any]] = {
     **{p.request: on_off if p.type is bool else p.type for p in PARAMETERS if p.request is not None},
     "temperature": float,
+    "top_k": int,
+    "top_p": float,
+    "min_p": float,
     "seed": int,
 }
 

@@ -281,10 +281,15 @@ DECODING_OPTIONS = [
         if p.request is not None
     ),
     _option("stop", list[str] | None, None, "--stop", help="Stop string (repeatable)."),
+    _option("temperature", float | None, None, help="Sampling temperature, every mode; 0: greedy (default)."),
+    _option("top_k", int | None, None, help="Sample from the k most likely tokens only; 0: all (default)."),
     _option(
-        "temperature", float | None, None, help="Sampling temperature (ar and speculative modes); 0: greedy."
+        "top_p", float | None, None, help="Then the fewest whose probability reaches p; 1: all (default)."
     ),
-    _option("seed", int | None, None, help="Sampling seed."),
+    _option(
+        "min_p", float | None, None, help="Then those at least p times as likely as the top one; 0: all."
+    ),
+    _option("seed", int | None, None, help="Sampling seed (default: a fresh one per request)."),
 ]
 
 

@@ -102,9 +102,10 @@ def diffusion_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings)
     fused = cast(FusedBackend, backend).commit_and_preview if backend.capabilities.fused else None
     ahead: tuple[np.ndarray, np.ndarray] | None = None  # the first preview, run with the last commit
     policy.check_length(len(prompt), s)
+    draws = policy.Draws(s)
     start = time.perf_counter()
     response: list[int] = []
-    anchor = backend.prefill(prompt, policy.adjustment(s, backend.vocab_size, prompt, response))
+    anchor = backend.prefill(prompt, policy.adjustment(s, backend.vocab_size, prompt, response), draws(1))
     prefill_seconds = time.perf_counter() - start
     passes_per_block: list[int] = []
     tokens_per_pass: list[int] = []
@@ -119,7 +120,7 @@ def diffusion_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings)
             if ahead is None:
                 seen = policy.resolved_response(response, block, s.mask_token_id)
                 adj = policy.adjustment(s, backend.vocab_size, prompt, seen)
-                rows = backend.preview(block.tolist(), adj, s.routing)
+                rows = backend.preview(block.tolist(), adj, s.routing, draws(s.block_size))
             else:
                 rows, ahead = ahead, None
             cand, probs = aligned_candidates(anchor, *rows, s.logit_shift)
@@ -145,9 +146,10 @@ def diffusion_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings)
         adj = policy.adjustment(s, backend.vocab_size, prompt, response)
         if fused is not None and not stopped and len(response) < s.max_new_tokens:
             # the next block's first preview: all masks, so it counts exactly `response` (this adj)
-            anchor, ahead = fused(kept, adj, [s.mask_token_id] * s.block_size, s.routing)
+            masks = [s.mask_token_id] * s.block_size
+            anchor, ahead = fused(kept, adj, masks, s.routing, draws(1 + s.block_size))
         else:
-            anchor = backend.commit(kept, adj)
+            anchor = backend.commit(kept, adj, draws(1))
         passes_per_block.append(passes)
         yield BlockEvent(index, tuple(kept), passes, time.perf_counter() - t0)
         if stopped:
@@ -165,7 +167,8 @@ def diffusion_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings)
 
 
 def ar_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Iterator[TokenEvent | Result]:
-    """The `ar` mode: greedy one-token causal steps; yields a `TokenEvent` per token, then the `Result`.
+    """The `ar` mode: one-token causal steps (greedy, or drawn in the pass by `s.sampler`); yields a
+    `TokenEvent` per token, then the `Result`.
 
     The left-to-right baseline and the oracle of `speculative`. Same policy as `diffusion_loop`: each
     step's adjustment counts the response so far, a stop token ends the response (included), the
@@ -177,14 +180,15 @@ def ar_loop(backend: Backend, prompt: Sequence[int], s: DecodingSettings) -> Ite
     start = time.perf_counter()
     response: list[int] = []
     running = policy.RunningAdjustment(s, backend.vocab_size, prompt)
-    token, prob = backend.prefill(prompt, running.adjustment())
+    draws = policy.Draws(s)
+    token, prob = backend.prefill(prompt, running.adjustment(), draws(1))
     prefill_seconds = time.perf_counter() - start
     finish = "length"
     while len(response) < s.max_new_tokens:
         t0 = time.perf_counter()
         response.append(token)
         running.append(token)
-        following = backend.commit([token], running.adjustment())
+        following = backend.commit([token], running.adjustment(), draws(1))
         yield TokenEvent(len(prompt) + len(response) - 1, token, prob, time.perf_counter() - t0)
         if token in s.stop_token_ids:
             finish = "stop"

@@ -1,9 +1,10 @@
 """The decoding policy, one for every backend: fill rule, logit adjustment, penalties, ramps,
 stops and the length limit (docs/model.md 2.1, 2.5; docs/design.md "Decoding").
 
-A backend only runs passes and returns, per row, the argmax token and its probability after the
-logit adjustment built here (`pick` is that contract in numpy). Every decision about which
-positions to fill, when to stop and what to penalise is taken in this module.
+A backend only runs passes and returns, per row, the argmax token (or a token its sampler draws at
+the uniforms drawn here, `Draws`) and its probability after the logit adjustment built here (`pick`
+and `sample` are that contract in numpy). Every decision about which positions to fill, when to
+stop and what to penalise is taken in this module.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import LogitAdjustment, Routing, RowAdjustments
+from .backend import GREEDY, Draw, LogitAdjustment, Routing, RowAdjustments, Sampler
 from .model.config import CONTEXT_LIMIT, GenerationDefaults
 from .model.decoding_parameters import PARAMETERS, DecodingParameters
 
@@ -40,6 +41,8 @@ class DecodingSettings(DecodingParameters):
     think_start_id: int | None = None  # `<think>` / `</think>` ids; None: no think ramp
     think_end_id: int | None = None
     context_limit: int = CONTEXT_LIMIT
+    sampler: Sampler = GREEDY  # how every pass picks its rows' tokens
+    seed: int | None = None  # the sampler's seed; None: a fresh one per request
 
     def __post_init__(self) -> None:
         if (self.coreset_enabled is None) != (self.coreset_top_p is None):
@@ -61,6 +64,20 @@ class DecodingSettings(DecodingParameters):
         kw.update(mask_token_id=mask_token_id, stop_token_ids=gen.eos_token_ids)
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
+
+
+class Draws:
+    """A request's randomness: per sampled pass one uniform per head row, from one generator seeded
+    with the request's seed and drawn in pass order, so a seed reproduces a request on every
+    backend (docs/model.md 2.1). Greedy settings draw nothing (every pass gets None)."""
+
+    def __init__(self, s: DecodingSettings):
+        self.sampler = s.sampler
+        self.rng = None if s.sampler.greedy else np.random.default_rng(s.seed)
+
+    def __call__(self, rows: int) -> Draw | None:
+        """The draw of a pass with `rows` head rows."""
+        return None if self.rng is None else Draw(self.sampler, self.rng.random(rows))
 
 
 def check_length(prompt_len: int, s: DecodingSettings) -> None:
@@ -147,6 +164,9 @@ class RunningAdjustment:
         self.counts: list[int] = []
         self.n_generated = 0
         self.inside = thinking(prompt, [], s)
+        # the last adjustment and what it was computed from: with neutral penalties and no ramp under
+        # way a step's adjustment is the previous one (the loop's host time per token, on every backend)
+        self._last: tuple[tuple, LogitAdjustment] | None = None
 
     def append(self, token: int) -> None:
         i = bisect.bisect_left(self.seen, token)
@@ -159,8 +179,22 @@ class RunningAdjustment:
         self.inside = thinking_after(self.inside, token, self.s)
 
     def adjustment(self) -> LogitAdjustment:
-        seen, n = np.array(self.seen, dtype=np.int64), np.array(self.counts, dtype=np.int64)
-        return _in_vocab(*_entries_of_counts(self.s, seen, n, self.n_generated, self.inside), self.vocab_size)
+        s = self.s
+        key = (
+            self.n_generated if penalised(s) else None,
+            ramp(self.n_generated, s.max_new_tokens, s.stop_ramp_start, s.stop_ramp_max),
+            self.inside and ramp(self.n_generated, s.max_new_tokens, s.think_ramp_start, s.think_ramp_max),
+        )
+        if self._last is None or self._last[0] != key:
+            seen, n = np.array(self.seen, dtype=np.int64), np.array(self.counts, dtype=np.int64)
+            entries = _entries_of_counts(s, seen, n, self.n_generated, self.inside)
+            self._last = key, _in_vocab(*entries, self.vocab_size)
+        return self._last[1]
+
+
+def penalised(s: DecodingSettings) -> bool:
+    """Whether the penalties change the logits of seen tokens (else their entries are the identity)."""
+    return s.repetition_penalty != 1.0 or s.presence_penalty != 0.0 or s.frequency_penalty != 0.0
 
 
 def _in_vocab(ids: np.ndarray, values: np.ndarray, vocab_size: int) -> LogitAdjustment:
@@ -240,7 +274,10 @@ def _entries_of_counts(
     s: DecodingSettings, seen: np.ndarray, n: np.ndarray, n_generated: int, inside_think: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """The adjustment's formula from the response's token counts (`seen` sorted, `n` their counts),
-    its length and whether it ends inside a think section: sorted ids and their [n, 3] values."""
+    its length and whether it ends inside a think section: sorted ids and their [n, 3] values.
+    Seen tokens get no entry when the penalties leave them as they are."""
+    if not penalised(s):
+        seen, n = seen[:0], n[:0]
     special = [s.mask_token_id, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])]
     ids = np.concatenate([seen, special])
     ids.sort()

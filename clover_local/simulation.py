@@ -19,12 +19,15 @@ import numpy as np
 
 from . import loops, speculative
 from .backend import (
+    GREEDY,
     Backend,
     Capabilities,
+    Draw,
     FusedBackend,
     LogitAdjustment,
     Routing,
     RowAdjustments,
+    Sampler,
     SpeculativeBackend,
     Verification,
 )
@@ -58,16 +61,24 @@ class FixedFill:
         probs[rows] = 1.0
         return np.asarray(tokens), probs
 
-    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        return self.inner.prefill(tokens, adj)[0], 1.0
+    def prefill(
+        self, tokens: Sequence[int], adj: LogitAdjustment, draw: Draw | None = None
+    ) -> tuple[int, float]:
+        return self.inner.prefill(tokens, adj, draw)[0], 1.0
 
-    def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        return self.inner.commit(tokens, adj)[0], 1.0
+    def commit(
+        self, tokens: Sequence[int], adj: LogitAdjustment, draw: Draw | None = None
+    ) -> tuple[int, float]:
+        return self.inner.commit(tokens, adj, draw)[0], 1.0
 
     def preview(
-        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+        self,
+        block: Sequence[int],
+        adj: LogitAdjustment,
+        routing: Routing | None = None,
+        draw: Draw | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        return self._sure(block, self.inner.preview(block, adj, routing)[0])
+        return self._sure(block, self.inner.preview(block, adj, routing, draw)[0])
 
     def commit_and_preview(
         self,
@@ -75,8 +86,10 @@ class FixedFill:
         adj: LogitAdjustment,
         block: Sequence[int],
         routing: Routing | None = None,
+        draw: Draw | None = None,
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
-        anchor, (picks, _) = cast(FusedBackend, self.inner).commit_and_preview(tokens, adj, block, routing)
+        inner = cast(FusedBackend, self.inner)
+        anchor, (picks, _) = inner.commit_and_preview(tokens, adj, block, routing, draw)
         return (anchor[0], 1.0), self._sure(block, picks)
 
 
@@ -96,16 +109,24 @@ class FixedAccept:
         self.capabilities = Capabilities(speculative=True, max_verify_rows=inner.capabilities.max_verify_rows)
         self.default_routing = inner.default_routing
 
-    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        return self.inner.prefill(tokens, adj)
+    def prefill(
+        self, tokens: Sequence[int], adj: LogitAdjustment, draw: Draw | None = None
+    ) -> tuple[int, float]:
+        return self.inner.prefill(tokens, adj, draw)
 
     def preview(
-        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+        self,
+        block: Sequence[int],
+        adj: LogitAdjustment,
+        routing: Routing | None = None,
+        draw: Draw | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        return self.inner.preview(block, adj, routing)
+        return self.inner.preview(block, adj, routing, draw)
 
-    def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
-        return self.inner.commit(tokens, adj)
+    def commit(
+        self, tokens: Sequence[int], adj: LogitAdjustment, draw: Draw | None = None
+    ) -> tuple[int, float]:
+        return self.inner.commit(tokens, adj, draw)
 
     def rollback(self, n_keep: int) -> None:
         self.inner.rollback(n_keep)
@@ -115,12 +136,12 @@ class FixedAccept:
         tokens: Sequence[int],
         adjs: RowAdjustments,
         preview: Sequence[int],
-        temperature: float = 0.0,
+        sampler: Sampler = GREEDY,
         routing: Routing | None = None,
     ) -> Verification:
-        if temperature > 0:
+        if not sampler.greedy:
             raise ValueError("the acceptance simulation is greedy only")
-        v = self.inner.verify_and_draft(tokens, adjs, preview, temperature, routing)
+        v = self.inner.verify_and_draft(tokens, adjs, preview, sampler, routing)
         drafted = list(tokens[1:])
         picks = np.array(v.tokens, copy=True)
         n = min(self.a, len(drafted))
@@ -157,8 +178,7 @@ def self_speculative(
 ) -> dict[str, Any]:
     """Self-speculative decoding accepting exactly `a` drafted tokens per iteration (when `a` were
     drafted), the draft length adapting as in a real run (no stop tokens)."""
-    s = dataclasses.replace(s, stop_token_ids=())
-    spec = dataclasses.replace(spec or SpeculativeSettings(), temperature=0.0)
+    s = dataclasses.replace(s, stop_token_ids=(), sampler=GREEDY)
     result = loops.last_result(speculative.speculative_loop(FixedAccept(backend, a), prompt, s, spec))
     assert isinstance(result, speculative.SpeculativeResult)
     out = _speed(result, len(result.accepted))

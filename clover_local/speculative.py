@@ -42,23 +42,22 @@ from .policy import DecodingSettings
 
 @dataclass(frozen=True)
 class SpeculativeSettings:
-    """Draft controls and sampling of the `speculative` mode (the policy stays `DecodingSettings`)."""
+    """Draft controls of the `speculative` mode (the policy, sampler and seed included, stays
+    `DecodingSettings`)."""
 
     draft_len: int | None = None  # most drafted tokens per iteration; None: block_size - 1
     refinements: int = 0  # preview passes refining a draft before it is verified; 0: the fused pass only
     draft_threshold: float = 0.0  # cut a draft before its first row less confident than this
     adaptive: bool = True  # adapt the draft length to the acceptance (`DraftLength`)
     probe_after: int = 4  # adaptive: plain `ar` steps before drafting again once the length hit 0
-    temperature: float = 0.0  # 0: greedy
-    seed: int | None = None  # sampling seed
 
     def draft_limit(self, s: DecodingSettings) -> int:
         """The draft length limit, checked: pending token + draft fill at most one block."""
         n = s.block_size - 1 if self.draft_len is None else self.draft_len
         if not 0 <= n <= s.block_size - 1:
             raise ValueError(f"draft_len {n} outside 0..{s.block_size - 1} (block_size - 1)")
-        if self.refinements < 0 or self.temperature < 0 or self.probe_after < 1:
-            raise ValueError("refinements and temperature must be >= 0, probe_after >= 1")
+        if self.refinements < 0 or self.probe_after < 1:
+            raise ValueError("refinements must be >= 0, probe_after >= 1")
         if not 0 <= self.draft_threshold <= 1:  # NaN too
             raise ValueError(f"draft_threshold must be a number from 0 to 1, got {self.draft_threshold!r}")
         return n
@@ -241,7 +240,7 @@ def speculative_loop(
         )
     prompt, limit = list(prompt), spec.draft_limit(s)
     policy.check_length(len(prompt), s)
-    rng, temp, vocab = np.random.default_rng(spec.seed), spec.temperature, backend.vocab_size
+    rng, sampler, vocab = np.random.default_rng(s.seed), s.sampler, backend.vocab_size
     lengths = DraftLength(limit, spec.adaptive, spec.probe_after)
     stops = set(s.stop_token_ids)
 
@@ -265,7 +264,7 @@ def speculative_loop(
         backend.rollback(0)
     drafting = s.max_new_tokens > 1 and preview_fits(len(prompt))
     v = backend.verify_and_draft(
-        prompt[-1:], RowAdjustments.constant(adj, 1), masks() if drafting else [], temp, s.routing
+        prompt[-1:], RowAdjustments.constant(adj, 1), masks() if drafting else [], sampler, s.routing
     )
     pending = int(v.tokens[0]) if v.dist is None else _sample(rng, v.dist[0])
     draft = _propose(v, lengths.length, spec.draft_threshold, rng)
@@ -282,16 +281,16 @@ def speculative_loop(
             block = [pending, *draft.tokens, *masks()][: s.block_size]
             seen = policy.resolved_response(response, block, s.mask_token_id)
             base = policy.adjustment(s, vocab, prompt, seen)
-            r = backend.verify_and_draft([], RowAdjustments.constant(base, 0), block, temp, s.routing)
+            r = backend.verify_and_draft([], RowAdjustments.constant(base, 0), block, sampler, s.routing)
             draft = _propose(r, len(draft.tokens), spec.draft_threshold, rng)
             passes += 1
         draft = draft.cut(next((i + 1 for i, t in enumerate(draft.tokens) if t in stops), len(draft.tokens)))
         rows = [pending, *draft.tokens]
         ends = any(t in stops for t in rows) or len(draft.tokens) == room  # if every draft token is kept
         wanted = not ends and preview_fits(position + len(rows))
-        if draft.tokens or wanted or temp > 0:
+        if draft.tokens or wanted or not sampler.greedy:
             adjs = policy.row_adjustments(s, vocab, prompt, response, rows)
-            v = backend.verify_and_draft(rows, adjs, masks() if wanted else [], temp, s.routing)
+            v = backend.verify_and_draft(rows, adjs, masks() if wanted else [], sampler, s.routing)
         else:  # nothing to verify or draft: the `ar` loop's own step (the commit path, no snapshots)
             v = _ar_step(backend, pending, policy.adjustment(s, vocab, prompt, [*response, pending]))
         a, bonus = _accept(v, draft, rng)

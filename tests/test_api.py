@@ -345,13 +345,13 @@ class CountingBackend(NumpyBackend):
 
     passes = 0
 
-    def preview(self, block, adj, routing=None):
+    def preview(self, block, adj, routing=None, draw=None):
         self.passes += 1
-        return super().preview(block, adj, routing)
+        return super().preview(block, adj, routing, draw)
 
-    def commit(self, tokens, adj):
+    def commit(self, tokens, adj, draw=None):
         self.passes += 1
-        return super().commit(tokens, adj)
+        return super().commit(tokens, adj, draw)
 
 
 def test_over_long_requests_are_rejected_up_front_with_the_numbers(tiny_checkpoint, tok):
@@ -407,19 +407,28 @@ def test_events_reach_the_callback_in_decode_order(clover):
 # -- sampling, coreset --------------------------------------------------------------------------
 
 
-def test_sampling_is_seeded_in_ar_mode_and_greedy_in_diffusion_mode(clover, ar_clover):
-    greedy = clover.create_completion("Hello", max_tokens=8)
-    warm = clover.create_completion("Hello", max_tokens=8, temperature=0.7, top_p=0.95, top_k=40)
-    assert warm["clover"]["tokens"] == greedy["clover"]["tokens"]  # llama-cpp-python's defaults pass
-    assert warm["clover"]["sampling"] == "greedy (diffusion mode decodes greedily)"
-    runs = [
-        ar_clover.create_completion("Hello", max_tokens=8, temperature=5.0, seed=s)["clover"]["tokens"]
-        for s in (1, 1, 2)
-    ]
-    greedy = ar_clover.create_completion("Hello", max_tokens=8)["clover"]["tokens"]
-    assert runs[0] == runs[1] and (runs[0] != runs[2] or runs[0] != greedy)
-    cut = ar_clover.create_completion("Hello", max_tokens=8, temperature=5.0, top_k=40, seed=1)
-    assert cut["clover"]["sampling"] == "temperature 5.0 (top_k/top_p/min_p not applied)"
+@pytest.mark.parametrize("mode", ["diffusion", "ar"])
+def test_sampling_is_seeded_and_reported_in_every_mode(clover, ar_clover, mode):
+    """A temperature samples in the diffusion mode as in ar (drawn in the pass); a seed reproduces a
+    request, another seed gives another answer, and `clover.sampling` says what was applied."""
+    llm = clover if mode == "diffusion" else ar_clover
+
+    def tokens(**kw) -> tuple[int, ...]:
+        return tuple(llm.create_completion("Hello", max_tokens=16, **kw)["clover"]["tokens"])
+
+    greedy = tokens()
+    hot = {"temperature": 5.0, "top_k": 40, "top_p": 0.95, "min_p": 0.01}
+    runs = [tokens(**hot, seed=s) for s in (1, 1, 2)]
+    assert runs[0] == runs[1] and runs[0] != runs[2] and greedy not in runs
+    res = llm.create_completion("Hello", max_tokens=8, **hot, seed=1)
+    assert res["clover"]["sampling"] == "temperature 5.0, top_k 40, top_p 0.95, min_p 0.01, seed 1"
+    assert llm.create_completion("Hello", max_tokens=8)["clover"]["sampling"] == "greedy"
+    # top_k 1 keeps the argmax alone: greedy decoding, with greedy's confidences (the same passes)
+    one = llm.create_completion("Hello", max_tokens=16, temperature=0.7, top_k=1, seed=5)["clover"]
+    assert tuple(one["tokens"]) == greedy
+    assert (
+        one["tokens_per_pass"] == llm.create_completion("Hello", max_tokens=16)["clover"]["tokens_per_pass"]
+    )
 
 
 @pytest.mark.parametrize(

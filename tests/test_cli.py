@@ -263,6 +263,26 @@ def test_speculative_draft_options_keep_the_ar_output(gguf_factory):
     assert "draft_len 99 outside 0..31" in one_error_line(bad)
 
 
+@pytest.mark.skipif(llama.unavailable() is not None, reason=llama.unavailable() or "")
+def test_generate_samples_with_a_temperature_reproducibly_on_both_backends(gguf_factory):
+    """`--temperature` (with the cuts and a seed) samples in the default diffusion mode: the same
+    seed writes the same answer, on the GGUF and on the reference alike; another seed another one."""
+    ckpt, gguf = gguf_factory("tiny")
+    sampled = ["-p", PROMPT, "-n", "24", "--json", "--temperature", "1.5", "--top-k", "50", "--min-p", "0.01"]
+
+    def run(model: Path, *extra: str) -> dict:
+        res = clover("generate", str(model), *sampled, *extra)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)["clover"]
+
+    first, again = run(gguf, "--seed", "7"), run(gguf, "--seed", "7")
+    assert first["sampling"] == "temperature 1.5, top_k 50, min_p 0.01, seed 7"
+    assert first["tokens"] == again["tokens"] != run(gguf, "--seed", "8")["tokens"]
+    assert run(ckpt, "--backend", "reference", "--seed", "7")["tokens"] == first["tokens"]
+    greedy = clover("generate", str(gguf), "-p", PROMPT, "-n", "24", "--json")
+    assert json.loads(greedy.stdout)["clover"]["tokens"] != first["tokens"]
+
+
 def test_a_model_without_attention_layers_is_refused_not_aborted(tmp_path):
     """llama.cpp's hybrid memory asserts (aborting the process) on a model whose layers are all GDN."""
     from clover_local.testing.make_checkpoint import write_checkpoint
@@ -288,6 +308,8 @@ def test_bench_refuses_a_prompt_length_beyond_the_context(tiny_checkpoint):
         (["--threshold", "nan"], "--threshold must be a number from 0 to 1, got nan"),
         (["--threshold", "2"], "--threshold must be a number from 0 to 1, got 2.0"),
         (["--temperature", "nan"], "--temperature must be a number >= 0, got nan"),
+        (["--top-p", "1.5"], "--top-p must be a number from 0 to 1, got 1.5"),
+        (["--top-k", "-1"], "--top-k must be an integer >= 0, got -1"),
         (["--coreset-top-p", "-1"], "--coreset-top-p must be a number > 0 and <= 1, got -1.0"),
         (["-c", "-1"], "--n-ctx must be an integer >= 0, got -1"),
         (["-n", "0"], "--max-tokens must be an integer >= 1, got 0"),

@@ -11,7 +11,7 @@ import pytest
 from test_llama_engine import PROB_RTOL, engine
 from test_llama_speculative import assert_same_state
 
-from clover_local.backend import Capabilities, LogitAdjustment
+from clover_local.backend import GREEDY, Capabilities, LogitAdjustment, Sampler
 from clover_local.llama import unavailable
 from clover_local.loops import BlockEvent, PassEvent, Result, diffusion_loop
 from clover_local.model.config import CheckpointConfig
@@ -25,6 +25,8 @@ needs_llama = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
 PROMPTS = {"long": [475, 84, 82, 269, 198, 432, 295, 266, 392, 281, 380, 30, 476], "one-token": [302]}
 # penalties and a stop ramp: every pass's adjustment depends on the response so far
 POLICY = {"presence_penalty": 0.5, "repetition_penalty": 1.3, "stop_ramp_start": 0.2, "stop_ramp_max": 4.0}
+# a sampled decode draws its uniforms in pass order: a fused pass's 1 + B are the commit's and the preview's
+SAMPLERS = pytest.mark.parametrize("sampler", [GREEDY, Sampler(1.5, top_k=100, min_p=0.01)], ids=str)
 
 
 class Unfused:
@@ -35,14 +37,14 @@ class Unfused:
     def __init__(self, backend):
         self.backend, self.vocab_size = backend, backend.vocab_size
 
-    def prefill(self, tokens, adj):
-        return self.backend.prefill(tokens, adj)
+    def prefill(self, tokens, adj, draw=None):
+        return self.backend.prefill(tokens, adj, draw)
 
-    def preview(self, block, adj, routing=None):
-        return self.backend.preview(block, adj, routing)
+    def preview(self, block, adj, routing=None, draw=None):
+        return self.backend.preview(block, adj, routing, draw)
 
-    def commit(self, tokens, adj):
-        return self.backend.commit(tokens, adj)
+    def commit(self, tokens, adj, draw=None):
+        return self.backend.commit(tokens, adj, draw)
 
 
 class Counting(Unfused):
@@ -54,21 +56,21 @@ class Counting(Unfused):
         super().__init__(backend)
         self.calls: list[str] = []
 
-    def prefill(self, tokens, adj):
+    def prefill(self, tokens, adj, draw=None):
         self.calls.append("prefill")
-        return super().prefill(tokens, adj)
+        return super().prefill(tokens, adj, draw)
 
-    def preview(self, block, adj, routing=None):
+    def preview(self, block, adj, routing=None, draw=None):
         self.calls.append("preview")
-        return super().preview(block, adj, routing)
+        return super().preview(block, adj, routing, draw)
 
-    def commit(self, tokens, adj):
+    def commit(self, tokens, adj, draw=None):
         self.calls.append("commit")
-        return super().commit(tokens, adj)
+        return super().commit(tokens, adj, draw)
 
-    def commit_and_preview(self, tokens, adj, block, routing=None):
+    def commit_and_preview(self, tokens, adj, block, routing=None, draw=None):
         self.calls.append("commit_and_preview")
-        return self.backend.commit_and_preview(tokens, adj, block, routing)
+        return self.backend.commit_and_preview(tokens, adj, block, routing, draw)
 
 
 def settings(ckpt: Path, block_size: int, max_new_tokens: int, **kw) -> DecodingSettings:
@@ -129,9 +131,10 @@ def reference(tiny_checkpoint):
     return NumpyBackend(ReferenceModel.from_checkpoint(tiny_checkpoint))
 
 
+@SAMPLERS
 @pytest.mark.parametrize("block_size,budget", [(4, 14), (8, 24)])
-def test_reference_fused_loop_has_the_unfused_trace(tiny_checkpoint, reference, block_size, budget):
-    s = settings(tiny_checkpoint, block_size, budget)
+def test_reference_fused_loop_has_the_unfused_trace(tiny_checkpoint, reference, block_size, budget, sampler):
+    s = settings(tiny_checkpoint, block_size, budget, sampler=sampler, seed=3)
     for prompt in PROMPTS.values():
         counting = Counting(reference)
         got = trace(counting, prompt, s)
@@ -226,11 +229,13 @@ def test_engine_commit_and_preview_beyond_a_ubatch_runs_two_passes(gguf):
 
 @pytest.mark.llama
 @needs_llama
+@SAMPLERS
 @pytest.mark.parametrize("prompt_name", list(PROMPTS))
 @pytest.mark.parametrize("block_size,budget", [(4, 14), (8, 24)])
-def test_engine_fused_loop_has_the_unfused_trace(gguf, prompt_name, block_size, budget):
+def test_engine_fused_loop_has_the_unfused_trace(gguf, prompt_name, block_size, budget, sampler):
+    """Also the reference's tokens: one policy, and with a sampler the same draws at the same seed."""
     ckpt, path = gguf
-    s = settings(ckpt, block_size, budget)
+    s = settings(ckpt, block_size, budget, sampler=sampler, seed=3)
     prompt = PROMPTS[prompt_name]
     with engine(path) as eng:
         counting = Counting(eng)

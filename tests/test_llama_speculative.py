@@ -13,7 +13,15 @@ from test_llama_engine import LOG, N_GPU_LAYERS, PROB_RTOL, SAME, engine
 
 from clover_local import speculative
 from clover_local.api import Clover
-from clover_local.backend import LogitAdjustment, RowAdjustments, Verification, distribution, pick
+from clover_local.backend import (
+    GREEDY,
+    LogitAdjustment,
+    RowAdjustments,
+    Sampler,
+    Verification,
+    distribution,
+    pick,
+)
 from clover_local.llama import unavailable
 from clover_local.loops import ar_loop, last_result
 from clover_local.model.config import CheckpointConfig
@@ -55,18 +63,18 @@ class Prophet:
         self.engine, self.truth, self.wrong = engine, list(truth), wrong
         self.vocab_size, self.capabilities = engine.vocab_size, engine.capabilities
 
-    def prefill(self, tokens, adj):
-        return self.engine.prefill(tokens, adj)
+    def prefill(self, tokens, adj, draw=None):
+        return self.engine.prefill(tokens, adj, draw)
 
-    def commit(self, tokens, adj):
-        return self.engine.commit(tokens, adj)
+    def commit(self, tokens, adj, draw=None):
+        return self.engine.commit(tokens, adj, draw)
 
     def rollback(self, n_keep: int) -> None:
         self.engine.rollback(n_keep)
 
-    def verify_and_draft(self, tokens, adjs, preview, temperature=0.0, routing=None) -> Verification:
+    def verify_and_draft(self, tokens, adjs, preview, sampler=GREEDY, routing=None) -> Verification:
         first = self.engine.n_past + len(tokens) + 1  # the position preview row 0 predicts
-        v = self.engine.verify_and_draft(tokens, adjs, preview, temperature, routing)
+        v = self.engine.verify_and_draft(tokens, adjs, preview, sampler, routing)
         draft = [self.truth[p] if p < len(self.truth) else 0 for p in range(first, first + len(preview))]
         draft = [(t + 1) % self.vocab_size if p in self.wrong else t for p, t in enumerate(draft, first)]
         return dataclasses.replace(
@@ -143,9 +151,9 @@ def test_stops_and_budget_inside_a_draft_end_the_response_as_ar(
     assert_same_state(spec_engine.state_bytes(), ar_engine.state_bytes(), atol=1e-5)
 
 
-@pytest.mark.parametrize("temperature", [0.0, 0.7])
+@pytest.mark.parametrize("sampler", [GREEDY, Sampler(0.7), Sampler(0.7, top_k=40, top_p=0.9)], ids=str)
 @pytest.mark.parametrize("top_p", [1.0, 0.5], ids=["no-coreset", "coreset"])
-def test_the_fused_pass_equals_a_commit_then_a_preview(gguf, temperature, top_p):
+def test_the_fused_pass_equals_a_commit_then_a_preview(gguf, sampler, top_p):
     """Causal rows with per-row adjustments, then a block with its coreset, in one graph: the
     picks of a commit and of a preview after it, the same logits (log-distributions), and the
     state of the commit alone."""
@@ -160,7 +168,7 @@ def test_the_fused_pass_equals_a_commit_then_a_preview(gguf, temperature, top_p)
         block = [mask] * 6
 
         fused.prefill(prompt, ident)
-        v = fused.verify_and_draft(rows, adjs, block, temperature)
+        v = fused.verify_and_draft(rows, adjs, block, sampler)
         ref.prefill(prompt, ident)
         causal = ref.causal_logits(rows)
         ahead = ref.preview_logits(block)
@@ -172,11 +180,11 @@ def test_the_fused_pass_equals_a_commit_then_a_preview(gguf, temperature, top_p)
     tok, prob = pick(ahead, adjs.last())
     np.testing.assert_array_equal(v.draft_tokens, tok)
     np.testing.assert_allclose(v.draft_probs, prob, rtol=PROB_RTOL)
-    if temperature > 0:
+    if not sampler.greedy:
         assert v.dist is not None and v.draft_dist is not None
-        expected = np.array([distribution(causal[j], adjs.row(j), temperature) for j in range(len(rows))])
+        expected = np.array([distribution(causal[j], adjs.row(j), sampler) for j in range(len(rows))])
         assert_same_logits(v.dist, expected)
-        assert_same_logits(v.draft_dist, distribution(ahead, adjs.last(), temperature))
+        assert_same_logits(v.draft_dist, distribution(ahead, adjs.last(), sampler))
     else:
         assert v.dist is None and v.draft_dist is None
 

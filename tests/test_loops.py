@@ -32,19 +32,19 @@ class ScriptedBackend:
         i = pos - self.prompt_len
         return (self.target[i], self.confidence[i]) if i < len(self.target) else (2, 0.5)
 
-    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment, draw=None) -> tuple[int, float]:
         self.calls.append(("prefill", list(tokens)))
         self.n_past = len(tokens)
         return self._at(self.n_past)
 
     def preview(
-        self, block: Sequence[int], adj: LogitAdjustment, routing=None
+        self, block: Sequence[int], adj: LogitAdjustment, routing=None, draw=None
     ) -> tuple[np.ndarray, np.ndarray]:
         self.calls.append(("preview", list(block)))
         rows = [self._at(self.n_past + i + 1) for i in range(len(block))]  # row i predicts position i + 1
         return np.array([t for t, _ in rows]), np.array([p for _, p in rows])
 
-    def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+    def commit(self, tokens: Sequence[int], adj: LogitAdjustment, draw=None) -> tuple[int, float]:
         self.calls.append(("commit", list(tokens)))
         self.n_past += len(tokens)
         return self._at(self.n_past)

@@ -11,6 +11,7 @@ import pytest
 from clover_convert.pipeline import Options, convert, prepare
 from clover_patches import source
 
+from clover_local.backend import Draw, Sampler
 from clover_local.llama import unavailable
 from clover_local.policy import DecodingSettings, row_adjustments
 
@@ -80,8 +81,9 @@ def test_parser_reads_a_supports_op_switch():
 
 @pytest.fixture(scope="module")
 def graph_nodes(checkpoint_factory, tmp_path_factory) -> set[tuple[str, str, tuple[str, ...]]]:
-    """(op label, node type, source types) of every node of a prefill, a coreset preview, a commit
-    and a fused speculative pass (causal rows with per-row adjustments, then a coreset preview)."""
+    """(op label, node type, source types) of every node of a prefill, a coreset preview, a commit,
+    a fused speculative pass (causal rows with per-row adjustments, then a coreset preview) and
+    sampled heads (every cut, top_p alone over the whole vocabulary, min_p alone, none)."""
     if SKIP is not None:
         pytest.skip(SKIP)
     from clover_local.llama import capi
@@ -124,6 +126,10 @@ def graph_nodes(checkpoint_factory, tmp_path_factory) -> set[tuple[str, str, tup
         rows = rng.integers(0, eng.vocab_size, 4).tolist()
         adjs = row_adjustments(s, eng.vocab_size, [], [], rows)
         eng.verify_and_draft(rows, adjs, rng.integers(0, eng.vocab_size, 8).tolist())
+        adj = adjs.last()
+        for sampler in (Sampler(0.7, 40, 0.9, 0.05), Sampler(1.0, top_p=0.9), Sampler(1.3, min_p=0.1)):
+            eng.preview(rng.integers(0, eng.vocab_size, 8).tolist(), adj, draw=Draw(sampler, rng.random(8)))
+        eng.commit([5], adj, Draw(Sampler(0.8), rng.random(1)))
         # a forced coreset size and the chunked expert dispatch
         eng.bench_tuning(coreset_size=3, moe_chunk=3)
         eng.preview_logits(rng.integers(0, eng.vocab_size, 8).tolist())
@@ -140,9 +146,11 @@ def test_every_graph_op_is_supported_by_the_backend(graph_nodes, backend):
     assert {
         "GGML_OP_SSM_CONV",
         "GGML_OP_ARGSORT",
+        "GGML_OP_TOP_K",
         "GGML_OP_CUMSUM",
         "GGML_OP_SET_ROWS",
         "GGML_OP_ARGMAX",
+        "GGML_UNARY_OP_STEP",
     } <= labels
     missing = sorted(label for label in labels if not declared(body, label))
     assert not missing, f"{backend} does not declare support for {missing}"

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from clover_local import loops, simulation, speculative
+from clover_local.backend import GREEDY, Sampler
 from clover_local.model.config import CheckpointConfig
 from clover_local.policy import DecodingSettings
 from clover_local.reference.backend import NumpyBackend
@@ -61,7 +62,7 @@ def test_simulations_refuse_what_they_cannot_fix(backend, mask_id):
     with pytest.raises(ValueError, match="threshold"):
         simulation.FixedFill(backend, 2, s)
     with pytest.raises(ValueError, match="greedy"):
-        simulation.FixedAccept(backend, 1).verify_and_draft([1], None, [], temperature=1.0)
+        simulation.FixedAccept(backend, 1).verify_and_draft([1], None, [], Sampler(1.0))
 
 
 def test_draftless_iterations_run_the_ar_step(backend, mask_id):
@@ -70,13 +71,13 @@ def test_draftless_iterations_run_the_ar_step(backend, mask_id):
     calls = {"commit": 0, "verify_and_draft": 0}
 
     class Counting(simulation.FixedAccept):
-        def commit(self, tokens, adj):
+        def commit(self, tokens, adj, draw=None):
             calls["commit"] += 1
-            return super().commit(tokens, adj)
+            return super().commit(tokens, adj, draw)
 
-        def verify_and_draft(self, tokens, adjs, preview, temperature=0.0, routing=None):
+        def verify_and_draft(self, tokens, adjs, preview, sampler=GREEDY, routing=None):
             calls["verify_and_draft"] += 1
-            return super().verify_and_draft(tokens, adjs, preview, temperature, routing)
+            return super().verify_and_draft(tokens, adjs, preview, sampler, routing)
 
     s = DecodingSettings(mask_token_id=mask_id, block_size=8, max_new_tokens=120)
     result = loops.last_result(

@@ -4,16 +4,26 @@ draft length, and the sampled acceptance rule's output distribution."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import product
 
 import numpy as np
 import pytest
+from sampling_stats import assert_samples_follow, exact_ar, total_variation
 
 from clover_local import policy, speculative
-from clover_local.backend import LogitAdjustment, RowAdjustments, Verification, distribution, pick
+from clover_local.backend import (
+    GREEDY,
+    LogitAdjustment,
+    RowAdjustments,
+    Sampler,
+    Verification,
+    distribution,
+    head,
+    pick,
+)
 from clover_local.loops import TokenEvent, ar_loop, last_result
 from clover_local.model.config import CheckpointConfig
 from clover_local.policy import DecodingSettings
@@ -210,9 +220,9 @@ def test_previews_stay_inside_the_context_and_rollback_stays_inside_the_last_pas
     s = settings(mask_id, 8, 16, context_limit=len(PROMPTS["long"]) + 16)  # the least `check_length` allows
 
     class Bounded(NumpyBackend):
-        def verify_and_draft(self, tokens, adjs, preview, temperature=0.0, routing=None):
+        def verify_and_draft(self, tokens, adjs, preview, sampler=GREEDY, routing=None):
             assert self.state.n_past + len(tokens) + len(preview) <= s.context_limit
-            return super().verify_and_draft(tokens, adjs, preview, temperature, routing)
+            return super().verify_and_draft(tokens, adjs, preview, sampler, routing)
 
     ar = last_result(ar_loop(NumpyBackend(model), prompt, s))
     backend = Bounded(model)
@@ -352,10 +362,10 @@ def test_settings_are_checked(model, mask_id):
         )
     with pytest.raises(ValueError, match="logit_shift 1"):
         next(speculative.speculative_loop(backend, prompt, settings(mask_id, 8, logit_shift=0)))
-    with pytest.raises(ValueError, match="temperature"):
+    with pytest.raises(ValueError, match="refinements"):
         next(
             speculative.speculative_loop(
-                backend, prompt, settings(mask_id, 8), SpeculativeSettings(temperature=-1)
+                backend, prompt, settings(mask_id, 8), SpeculativeSettings(refinements=-1)
             )
         )
 
@@ -369,12 +379,12 @@ class Bigram:
         self.causal, self.draft, self.vocab_size = causal, draft, causal.shape[0]
         self.seq: list[int] = []
 
-    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment, draw=None) -> tuple[int, float]:
         self.seq = list(tokens)
-        t, p = pick(self.causal[self.seq[-1:]], adj)
+        t, p = head(self.causal[self.seq[-1:]], adj, draw)
         return int(t[0]), float(p[0])
 
-    def verify_and_draft(self, tokens, adjs, preview, temperature=0.0, routing=None) -> Verification:
+    def verify_and_draft(self, tokens, adjs, preview, sampler=GREEDY, routing=None) -> Verification:
         self.seq += list(tokens)
         causal = self.causal[list(tokens)]
         ahead = self.draft[self.seq[-1], : len(preview)]
@@ -383,82 +393,53 @@ class Bigram:
             np.array([t[0] for t, _ in picks], dtype=np.int64),
             np.array([p[0] for _, p in picks]),
             *pick(ahead, adjs.last()),
-            np.array([distribution(causal[j], adjs.row(j), temperature) for j in range(len(tokens))]),
-            distribution(ahead, adjs.last(), temperature),
+            np.array([distribution(causal[j], adjs.row(j), sampler) for j in range(len(tokens))]),
+            distribution(ahead, adjs.last(), sampler),
         )
 
     def rollback(self, n_keep: int) -> None:
         self.seq = self.seq[:n_keep]
 
 
-def exact_ar(step, prompt: list[int], s: DecodingSettings, vocab: int, temperature: float, n: int) -> dict:
-    """The `ar` sampling distribution of the first n tokens (outcomes of mass > 1e-6):
-    `step(prefix)` gives the logits of the next token."""
-    out: dict[tuple[int, ...], float] = {(): 1.0}
-    for _ in range(n):
-        nxt: dict[tuple[int, ...], float] = {}
-        for seq, mass in out.items():
-            adj = policy.adjustment(s, vocab, prompt, list(seq))
-            dist = distribution(step(prompt + list(seq)), adj, temperature)
-            for t in np.flatnonzero(dist > 1e-6 / mass):
-                nxt[(*seq, int(t))] = mass * float(dist[t])
-        out = nxt
-    return out
-
-
-def chi_square_ok(observed: Counter, expected: dict, n_runs: int) -> tuple[float, float]:
-    """Pearson's chi-square over outcomes with expected count >= 5 (the rest lumped together), and
-    its 0.1% critical value (Wilson-Hilferty approximation of the chi-square quantile)."""
-    big = [k for k, p in expected.items() if p * n_runs >= 5]
-    obs = [observed[k] for k in big] + [n_runs - sum(observed[k] for k in big)]
-    exp = [expected[k] * n_runs for k in big] + [n_runs * (1 - sum(expected[k] for k in big))]
-    stat = sum((o - e) ** 2 / e for o, e in zip(obs, exp, strict=True) if e > 0)
-    dof = len(obs) - 1
-    return stat, dof * (1 - 2 / (9 * dof) + 3.09 * math.sqrt(2 / (9 * dof))) ** 3
-
-
-def total_variation(counts: Counter, expected: dict, n_runs: int) -> float:
-    keys = set(counts) | set(expected)
-    return 0.5 * sum(abs(counts[k] / n_runs - expected.get(k, 0.0)) for k in keys)
-
-
-def ar_total_variation_bound(expected: dict, n_runs: int) -> float:
-    """The total variation that direct `ar` sampling of n_runs stays under 99.9% of the time: the
-    quantile over 2000 seeded multinomial draws from `expected`."""
-    p = np.array(list(expected.values()))
-    draws = np.random.default_rng(0).multinomial(n_runs, p / p.sum(), size=2000) / n_runs
-    return float(np.quantile(0.5 * np.abs(draws - p / p.sum()).sum(axis=1), 0.999))
-
-
-def test_sampled_speculative_has_the_ar_distribution_on_a_bigram_model():
-    """Drafts agree often, so both branches of the acceptance rule carry weight; 3000 seeded runs of
-    3 tokens against the exact `ar` distribution: chi-square at the 0.1% level, and a total
-    variation that direct `ar` sampling would reach only 0.1% of the time (about 0.07 here, while
-    drafts taken unchecked would be more than 0.25 away)."""
-    rng = np.random.default_rng(7)
-    V = 6
+def bigram(seed: int = 7, V: int = 6) -> Bigram:
+    """A 6-token bigram model whose drafts are correlated with the truth."""
+    rng = np.random.default_rng(seed)
     causal = 2.0 * rng.normal(size=(V, V))
-    draft = causal[:, None, :] * 0.7 + rng.normal(size=(V, 4, V))  # correlated with the truth
-    s = DecodingSettings(mask_token_id=V - 1, block_size=4, max_new_tokens=3, presence_penalty=0.7)
+    return Bigram(causal, causal[:, None, :] * 0.7 + rng.normal(size=(V, 4, V)))
+
+
+@pytest.mark.parametrize(
+    "sampler", [Sampler(1.0), Sampler(1.3, top_k=4, top_p=0.9, min_p=0.05)], ids=["plain", "cut"]
+)
+def test_sampled_speculative_has_the_ar_distribution_on_a_bigram_model(sampler):
+    """Drafts agree often, so both branches of the acceptance rule carry weight; 3000 seeded runs of
+    3 tokens against the exact `ar` distribution (with the sampler's cuts, which both p and q
+    carry): chi-square at the 0.1% level, and a total variation that direct `ar` sampling would
+    reach only 0.1% of the time (about 0.07 here, while drafts taken unchecked would be more than
+    0.25 away)."""
+    backend = bigram()
+    V = backend.vocab_size
+    s = DecodingSettings(
+        mask_token_id=V - 1, block_size=4, max_new_tokens=3, presence_penalty=0.7, sampler=sampler
+    )
     prompt, n_runs = [0], 3000
     counts: Counter = Counter()
     accepted = rejected = 0
-    backend = Bigram(causal, draft)
     for seed in range(n_runs):
-        spec = SpeculativeSettings(temperature=1.0, seed=seed, adaptive=False)
-        events, result = run(backend, prompt, s, spec)
+        events, result = run(backend, prompt, replace(s, seed=seed), SpeculativeSettings(adaptive=False))
         counts[result.tokens] += 1
         accepted += sum(e.accepted for e in events)
         rejected += sum(e.accepted < len(e.draft) for e in events)
     assert accepted > 0.3 * n_runs and rejected > 0.3 * n_runs
-    expected = exact_ar(lambda seq: causal[seq[-1]], prompt, s, V, 1.0, 3)
+    expected = exact_ar(lambda seq: backend.causal[seq[-1]], prompt, s, V, 3)
     assert sum(expected.values()) == pytest.approx(1.0, abs=1e-4)
-    stat, critical = chi_square_ok(counts, expected, n_runs)
-    assert stat < critical
-    assert total_variation(counts, expected, n_runs) < ar_total_variation_bound(expected, n_runs)
+    assert_samples_follow(counts, expected, n_runs)
     # the bound can fail: the first pass's drafts (rows over the prompt) taken unchecked are far off
     first = policy.adjustment(s, V, prompt, [])
-    p1, q = distribution(causal[0], first, 1.0), distribution(draft[0, :2], first, 1.0)
+    p1, q = (
+        distribution(backend.causal[0], first, sampler),
+        distribution(backend.draft[0, :2], first, sampler),
+    )
     unchecked = Counter({(a, b, c): p1[a] * q[0, b] * q[1, c] for a, b, c in product(range(V), repeat=3)})
     assert total_variation(unchecked, expected, 1) > 0.25
 
@@ -467,17 +448,16 @@ def test_sampled_speculative_has_the_ar_distribution_on_the_generated_model(mask
     """The real reference (random previews rarely agree, so this weighs the residual branch): 200
     seeded runs of 2 tokens at temperature 1.5 against the exact `ar` distribution, bounds as above."""
     model = ReferenceModel.from_checkpoint(tiny_checkpoint)
-    s = DecodingSettings(mask_token_id=mask_id, block_size=4, max_new_tokens=2, presence_penalty=1.0)
+    s = DecodingSettings(
+        mask_token_id=mask_id, block_size=4, max_new_tokens=2, presence_penalty=1.0, sampler=Sampler(1.5)
+    )
     prompt, n_runs = [475, 84], 200
     backend, counts = NumpyBackend(model), Counter()
+    spec = SpeculativeSettings(draft_len=1, adaptive=False)
     for seed in range(n_runs):
-        spec = SpeculativeSettings(draft_len=1, temperature=1.5, seed=seed, adaptive=False)
-        counts[run(backend, prompt, s, spec)[1].tokens] += 1
+        counts[run(backend, prompt, replace(s, seed=seed), spec)[1].tokens] += 1
 
     def step(seq: list[int]) -> np.ndarray:
         return model.commit(seq, model.new_state())[-1]
 
-    expected = exact_ar(step, prompt, s, model.cfg.vocab_size, 1.5, 2)
-    stat, critical = chi_square_ok(counts, expected, n_runs)
-    assert stat < critical
-    assert total_variation(counts, expected, n_runs) < ar_total_variation_bound(expected, n_runs)
+    assert_samples_follow(counts, exact_ar(step, prompt, s, model.cfg.vocab_size, 2), n_runs)

@@ -6,17 +6,17 @@
 # tool returns at most 8 files.
 #
 #   bash bench/device/session.sh 1   # build, 8-layer checkpoint + Q4_K_M, baseline and clover timings (4, 8 layers)
-#   bash bench/device/session.sh 2   # test-backend-ops checks and op timings; 0103 off and dense MMVQ to 32 columns (8 layers)
-#   bash bench/device/session.sh 3   # upstream's kernels (legacy); experts on the CPU (--cpu-moe); profile; clover verify parity
+#   bash bench/device/session.sh 2   # dense MMVQ to 32 columns (8 layers), experts on the CPU (--cpu-moe), clover
+#                                    # verify parity on CPU and GPU, profile
+#   bash bench/device/session.sh 3   # test-backend-ops checks and op timings, upstream's kernels (legacy)
 set -u
 call=${1:?which call: 1, 2 or 3}
 export QUANTS=q4_k_m
 case $call in
   1) STAGES=build,gen,convert,baseline,clover LAYERS="4 8" BUDGET_S=555 bash bench/device/run.sh ;;
-  2) STAGES=build,ops,sweep LAYERS=8 BUDGET_S=545 \
-     SWEEP="experts0:GGML_CUDA_MMVQ_EXPERTS_MAX_TOKENS=0 cols32:GGML_CUDA_MMVQ_MAX_COLS=32" bash bench/device/run.sh ;;
-  3) STAGES=build,sweep,cpumoe,profile,parity LAYERS="4 8" BUDGET_S=545 SWEEP="legacy:GGML_CUDA_CLOVER_LEGACY=1" \
-     PROFILE_PASSES="ar preview preview-c8 fused" bash bench/device/run.sh ;;
+  2) STAGES=build,sweep,cpumoe,parity,profile LAYERS="4 8" BUDGET_S=545 SWEEP="cols32:GGML_CUDA_MMVQ_MAX_COLS=32" \
+     SWEEP_LAYERS=8 PROFILE_PASSES="ar preview preview-c8 fused" bash bench/device/run.sh ;;
+  3) STAGES=build,ops,sweep LAYERS=8 BUDGET_S=545 SWEEP="legacy:GGML_CUDA_CLOVER_LEGACY=1" bash bench/device/run.sh ;;
   *) echo "call 1, 2 or 3" >&2; exit 2 ;;
 esac
 rc=$?

@@ -33,7 +33,7 @@ def llama_model_clover_has_diffusion(model: int, /) -> bool: ...
 
 
 class llama_clover_pass_params(ctypes.Structure):
-    """`struct llama_clover_pass_params`: one pass's rows, head and adjustment entries."""
+    """`struct llama_clover_pass_params`: one pass's rows, head, adjustment entries and sampler."""
 
     _fields_ = [
         ("seq_id", llama_seq_id),
@@ -49,6 +49,11 @@ class llama_clover_pass_params(ctypes.Structure):
         ("n_adjust_rows", ctypes.c_int32),
         ("adjust_ids", ctypes.c_void_p),
         ("adjust_values", ctypes.c_void_p),
+        ("temperature", ctypes.c_float),
+        ("top_k", ctypes.c_int32),
+        ("top_p", ctypes.c_float),
+        ("min_p", ctypes.c_float),
+        ("uniforms", ctypes.c_void_p),
         ("out_tokens", ctypes.c_void_p),
         ("out_probs", ctypes.c_void_p),
     ]

@@ -1,9 +1,10 @@
 """The llama.cpp backend: one Clover sequence on a patched llama.cpp context (`backend.Backend`).
 
 Every pass is one call of `llama_clover_pass` (causal rows, then block rows previewed after them)
-with its logit adjustment as a few entries per row. The clover head runs in the graph, so a pass
-reads back per row only the greedy token and its probability; full logits are copied out only
-when a caller asks for them (`causal_logits`, `preview_logits`: verification and tests).
+with its logit adjustment as a few entries per row and, when it samples, one uniform per head row.
+The clover head runs in the graph, so a pass reads back per row only the greedy or drawn token and
+its probability; full logits are copied out only when a caller asks for them (`causal_logits`,
+`preview_logits`, sampled verifications: the acceptance rule; tests).
 """
 
 from __future__ import annotations
@@ -20,7 +21,18 @@ from typing import Any
 import numpy as np
 from llama_cpp import llama_cpp as ll
 
-from ..backend import Capabilities, LogitAdjustment, Routing, RowAdjustments, Verification, distribution
+from ..backend import (
+    GREEDY,
+    Capabilities,
+    Draw,
+    LogitAdjustment,
+    Routing,
+    RowAdjustments,
+    Sampler,
+    Verification,
+    distribution,
+    split_draw,
+)
 from ..model.decoding_parameters import BY_NAME
 from ..placement import Placement
 from ..prompt_cache import Checkpoint, PromptCache, Reuse
@@ -174,6 +186,8 @@ class LlamaEngine:
         self._prob = (ctypes.c_float * self.n_batch)()
         self._params.out_tokens = ctypes.addressof(self._tok)
         self._params.out_probs = ctypes.addressof(self._prob)
+        self._ids_source: np.ndarray | None = None  # the last pass's adjustment ids, and as int32
+        self._ids = np.zeros(0, dtype=np.int32)
 
     def bench_tuning(self, coreset_size: int = 0, moe_chunk: int = 0) -> None:
         """Benchmarks only (`llama_clover_bench_tuning`): force every coreset to `coreset_size`
@@ -218,7 +232,9 @@ class LlamaEngine:
         rows = self.n_rs_seq
         return Capabilities(fused=True, speculative=rows > 0, max_verify_rows=rows, counts_bytes=True)
 
-    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+    def prefill(
+        self, tokens: Sequence[int], adj: LogitAdjustment, draw: Draw | None = None
+    ) -> tuple[int, float]:
         """Start a request over `tokens`, running only what the sequence does not already hold of
         them (`prompt_cache`; `self.reuse` says what was kept). With `checkpoint_at` set (the
         API sets it to where a chat prompt's history ends) the prompt runs as two passes, with a
@@ -229,21 +245,31 @@ class LlamaEngine:
             self.commit(tokens[kept:at], adj)
             self._take_checkpoint()
             kept = at
-        return self.commit(tokens[kept:], adj)
+        return self.commit(tokens[kept:], adj, draw)
 
     def preview(
-        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+        self,
+        block: Sequence[int],
+        adj: LogitAdjustment,
+        routing: Routing | None = None,
+        draw: Draw | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         self._require_diffusion(block)
-        return self._pass([], block, adj.ids, adj.values[None], routing=routing)
+        return self._pass([], block, adj.ids, adj.values[None], routing=routing, draw=draw)
 
-    def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+    def commit(
+        self, tokens: Sequence[int], adj: LogitAdjustment, draw: Draw | None = None
+    ) -> tuple[int, float]:
+        """Causal passes of at most a batch each; only the last one's pick is returned, so only it draws."""
         if len(tokens) == 0:
             raise ValueError("a pass needs at least one token")
         self._pass_start = None  # the snapshots now belong to this pass
+        starts = range(0, len(tokens), self.n_batch)
         with self._appending(tokens):
-            for start in range(0, len(tokens), self.n_batch):
-                tok, prob = self._pass(tokens[start : start + self.n_batch], [], adj.ids, adj.values[None])
+            for start in starts:
+                last = start == starts[-1]
+                chunk = tokens[start : start + self.n_batch]
+                tok, prob = self._pass(chunk, [], adj.ids, adj.values[None], draw=draw if last else None)
         return int(tok[0]), float(prob[0])
 
     # backend.SpeculativeBackend
@@ -253,20 +279,20 @@ class LlamaEngine:
         tokens: Sequence[int],
         adjs: RowAdjustments,
         preview: Sequence[int],
-        temperature: float = 0.0,
+        sampler: Sampler = GREEDY,
         routing: Routing | None = None,
     ) -> Verification:
         """One pass: `tokens` run causally, keeping a recurrent-state snapshot after every row
         (`speculative=True`), then the `preview` block over the state they produce. The head picks
         causal row j under `adjs.row(j)` and the block under `adjs.last()` (entries per row); full
-        logits are read back only when sampling."""
+        logits are read back only when sampling (the acceptance rule's distributions)."""
         if len(tokens) > self.n_rs_seq:
             raise EngineError(
                 f"a verification of {len(tokens)} rows needs as many recurrent-state snapshots "
                 f"(LlamaEngine(speculative=True) keeps {self.n_rs_seq})"
             )
         self._require_diffusion(preview)
-        start, sampled = self.n_past, temperature > 0
+        start, sampled = self.n_past, not sampler.greedy
         if len(tokens) and len(adjs.ids):
             ids, values = adjs.entries()
         else:
@@ -283,12 +309,10 @@ class LlamaEngine:
             prob[:k].astype(np.float64),
             tok[k:],
             prob[k:].astype(np.float64),
-            np.array([distribution(logits[j], adjs.row(j), temperature) for j in range(k)])
+            np.array([distribution(logits[j], adjs.row(j), sampler) for j in range(k)])
             if logits is not None
             else None,
-            distribution(logits[k:], adjs.last(), temperature)
-            if logits is not None and len(preview)
-            else None,
+            distribution(logits[k:], adjs.last(), sampler) if logits is not None and len(preview) else None,
         )
 
     def rollback(self, n_keep: int) -> None:
@@ -315,6 +339,7 @@ class LlamaEngine:
         adj: LogitAdjustment,
         block: Sequence[int],
         routing: Routing | None = None,
+        draw: Draw | None = None,
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
         """`commit(tokens, adj)` then `preview(block, adj)` in one pass: the causal rows append to
         the sequence, the block runs over the state they wrote (nothing is kept of it). No
@@ -324,11 +349,12 @@ class LlamaEngine:
         if len(tokens) == 0:
             raise ValueError("a pass needs at least one token")
         if len(tokens) + len(block) > ll.llama_n_ubatch(self.ctx):
-            return self.commit(tokens, adj), self.preview(block, adj, routing)
+            first, rest = split_draw(draw)
+            return self.commit(tokens, adj, first), self.preview(block, adj, routing, rest)
         self._require_diffusion(block)
         self._pass_start = None  # a commit: nothing to roll back
         with self._appending(tokens):
-            tok, prob = self._pass(tokens, block, adj.ids, adj.values[None], routing=routing)
+            tok, prob = self._pass(tokens, block, adj.ids, adj.values[None], routing=routing, draw=draw)
         return (int(tok[0]), float(prob[0])), (tok[1:], prob[1:])
 
     # verification and tests
@@ -428,27 +454,42 @@ class LlamaEngine:
         all_causal: bool = False,
         logits: bool = False,
         routing: Routing | None = None,
+        draw: Draw | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """One `llama_clover_pass`: causal `tokens`, then `block` previewed after them under
         `routing` (None: `default_routing`); adjustment entries `ids` [n] with `values` [rows, n, 3]
-        (head row i takes row min(i, rows - 1)). Returns the head rows' tokens and probabilities:
-        every causal row with `all_causal`, else the last one, then every block row."""
+        (head row i takes row min(i, rows - 1)); `draw`: the head rows' sampler and uniforms (None:
+        greedy). Returns the head rows' tokens and probabilities: every causal row with
+        `all_causal`, else the last one, then every block row."""
         p, r = self._params, routing or self.default_routing
         causal, rows = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(block))(*block)
         p.tokens, p.n_tokens, p.block, p.n_block = causal, len(tokens), rows, len(block)
         p.all_causal, p.logits = all_causal, logits
         p.coreset, p.coreset_top_p = r.coreset, r.top_p
         values = np.ascontiguousarray(values, dtype=np.float32)
-        ids = np.ascontiguousarray(ids, dtype=np.int32)
+        if ids is not self._ids_source:  # a loop's unchanged adjustment is converted once, not per pass
+            self._ids_source, self._ids = ids, np.ascontiguousarray(ids, dtype=np.int32)
+        ids = self._ids
         if len(values) > 1:  # the same ids for every row: [rows][n] as the C API reads them
             ids = np.ascontiguousarray(np.broadcast_to(ids, values.shape[:2]))
         p.n_adjust, p.n_adjust_rows = values.shape[1], values.shape[0]
         p.adjust_ids, p.adjust_values = ids.ctypes.data, values.ctypes.data
+        n = (len(tokens) if all_causal else min(len(tokens), 1)) + len(block)
+        sampler = GREEDY if draw is None else draw.sampler
+        uniforms = _NO_UNIFORMS if draw is None else np.ascontiguousarray(draw.uniforms, dtype=np.float32)
+        if len(uniforms) != (0 if draw is None else n):
+            raise ValueError(f"a sampled pass of {n} head rows needs {n} uniforms, got {len(uniforms)}")
+        p.temperature, p.top_k, p.top_p, p.min_p = (
+            sampler.temperature,
+            sampler.top_k,
+            sampler.top_p,
+            sampler.min_p,
+        )
+        p.uniforms = uniforms.ctypes.data if len(uniforms) else None
         rc = capi.llama_clover_pass(self.ctx, ctypes.byref(p))
         if rc != 0:
             raise _failed(f"llama_clover_pass failed ({rc})")
-        n = (len(tokens) if all_causal else min(len(tokens), 1)) + len(block)
-        self.bytes_written += ids.nbytes + values.nbytes
+        self.bytes_written += ids.nbytes + values.nbytes + uniforms.nbytes
         self.bytes_read += 8 * n
         tok = np.frombuffer(self._tok, dtype=np.int32, count=n).astype(np.int64)
         return tok, np.frombuffer(self._prob, dtype=np.float32, count=n).copy()
@@ -459,5 +500,6 @@ class LlamaEngine:
         return np.ctypeslib.as_array(ptr, shape=(n, self.vocab_size)).copy()
 
 
-# the identity adjustment as pass entries: none, one row
+# the identity adjustment as pass entries: none, one row; a greedy pass's uniforms: none
 _NO_ENTRIES = (np.zeros(0, dtype=np.int32), np.zeros((1, 0, 3), dtype=np.float32))
+_NO_UNIFORMS = np.zeros(0, dtype=np.float32)

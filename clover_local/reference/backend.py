@@ -7,7 +7,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..backend import Capabilities, LogitAdjustment, Routing, RowAdjustments, Verification, distribution, pick
+from ..backend import (
+    GREEDY,
+    Capabilities,
+    Draw,
+    LogitAdjustment,
+    Routing,
+    RowAdjustments,
+    Sampler,
+    Verification,
+    distribution,
+    head,
+    pick,
+    split_draw,
+)
 from .model import ReferenceModel, State
 
 
@@ -23,18 +36,26 @@ class NumpyBackend:
         self.state: State = model.new_state()
         self._pass: tuple[State, list[int]] | None = None  # the last verification: start state, causal rows
 
-    def prefill(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+    def prefill(
+        self, tokens: Sequence[int], adj: LogitAdjustment, draw: Draw | None = None
+    ) -> tuple[int, float]:
         self.state = self.model.new_state()
-        return self.commit(tokens, adj)
+        return self.commit(tokens, adj, draw)
 
     def preview(
-        self, block: Sequence[int], adj: LogitAdjustment, routing: Routing | None = None
+        self,
+        block: Sequence[int],
+        adj: LogitAdjustment,
+        routing: Routing | None = None,
+        draw: Draw | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        return pick(self.model.preview(block, self.state, routing=routing), adj)
+        return head(self.model.preview(block, self.state, routing=routing), adj, draw)
 
-    def commit(self, tokens: Sequence[int], adj: LogitAdjustment) -> tuple[int, float]:
+    def commit(
+        self, tokens: Sequence[int], adj: LogitAdjustment, draw: Draw | None = None
+    ) -> tuple[int, float]:
         self._pass = None
-        tok, prob = pick(self.model.commit(tokens, self.state)[-1:], adj)
+        tok, prob = head(self.model.commit(tokens, self.state)[-1:], adj, draw)
         return int(tok[0]), float(prob[0])
 
     def close(self) -> None:
@@ -46,17 +67,19 @@ class NumpyBackend:
         adj: LogitAdjustment,
         block: Sequence[int],
         routing: Routing | None = None,
+        draw: Draw | None = None,
     ) -> tuple[tuple[int, float], tuple[np.ndarray, np.ndarray]]:
         """`backend.FusedBackend`: a commit, then a preview over the state it left (what the fused
         graph of another backend must equal)."""
-        return self.commit(tokens, adj), self.preview(block, adj, routing)
+        first, rest = split_draw(draw)
+        return self.commit(tokens, adj, first), self.preview(block, adj, routing, rest)
 
     def verify_and_draft(
         self,
         tokens: Sequence[int],
         adjs: RowAdjustments,
         preview: Sequence[int],
-        temperature: float = 0.0,
+        sampler: Sampler = GREEDY,
         routing: Routing | None = None,
     ) -> Verification:
         """One speculative pass: a causal commit of `tokens`, then a preview over the state it left."""
@@ -69,16 +92,16 @@ class NumpyBackend:
         )
         picks = [pick(causal[j : j + 1], adjs.row(j)) for j in range(len(tokens))]
         draft_tokens, draft_probs = pick(ahead, adjs.last())
-        sampled = temperature > 0
+        sampled = not sampler.greedy
         return Verification(
             np.array([int(t[0]) for t, _ in picks], dtype=np.int64),
             np.array([float(p[0]) for _, p in picks]),
             draft_tokens,
             draft_probs,
-            np.array([distribution(causal[j], adjs.row(j), temperature) for j in range(len(tokens))])
+            np.array([distribution(causal[j], adjs.row(j), sampler) for j in range(len(tokens))])
             if sampled
             else None,
-            distribution(ahead, adjs.last(), temperature) if sampled else None,
+            distribution(ahead, adjs.last(), sampler) if sampled else None,
         )
 
     def rollback(self, n_keep: int) -> None:

@@ -60,7 +60,7 @@ CloverSettings = create_model(
 )
 
 # the request fields handed to `Clover.create_*_completion` under the same names
-FORWARDED = ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", *DECODING_OVERRIDES)
+FORWARDED = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed", *DECODING_OVERRIDES)
 
 
 class StreamOptions(BaseModel):
@@ -76,6 +76,7 @@ class RequestBase(CloverSettings):
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+    min_p: float | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None

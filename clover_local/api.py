@@ -171,6 +171,16 @@ def defaults_from_gguf(info: ModelInfo, eos_fallback: Sequence[int]) -> Generati
     return GenerationDefaults.from_dict({**keys, "eos_token_id": eos})
 
 
+def default_mode(placement: Placement) -> Mode:
+    """`ar` when the routed experts sit in system RAM, else `diffusion`.
+
+    With the experts on the CPU a 32-row pass computes every expert its rows touch there, so a
+    preview costs many AR steps even with a small coreset and block diffusion would need more
+    tokens resolved per pass than a model gives (docs/performance.md, "Experts in system RAM").
+    """
+    return "ar" if placement.experts_on_cpu else "diffusion"
+
+
 class Clover:
     """A Clover model ready for requests; the same methods and result shapes as `llama_cpp.Llama`.
 
@@ -186,7 +196,7 @@ class Clover:
         n_gpu_layers: int = 0,
         n_threads: int | None = None,
         verbose: bool = False,
-        mode: Mode = "diffusion",
+        mode: Mode | None = None,
         coreset: bool | None = None,
         coreset_top_p: float | None = None,
         flash_attn: bool | FlashAttn | None = None,
@@ -207,7 +217,8 @@ class Clover:
         entries; `flash_attn` also takes "on"/"off"/"auto"). Before loading, the memory the model
         needs per device is estimated (`self.memory`) and handed to `on_memory` (printed to stderr
         when `verbose`); a model that cannot fit raises `MemoryFitError` naming the options that
-        would make it fit, instead of failing inside llama.cpp. `llama_args`: llama-cpp-python's
+        would make it fit, instead of failing inside llama.cpp. `mode` None: `default_mode`.
+        `llama_args`: llama-cpp-python's
         other constructor arguments (`LLAMA_ARGS_WITHOUT_EFFECT`), accepted so that code written
         for `Llama` runs unchanged; they change nothing here."""
         for name in set(llama_args) - LLAMA_ARGS_WITHOUT_EFFECT:
@@ -228,6 +239,7 @@ class Clover:
             else tuple(override_tensor),
             op_offload=op_offload,
         )
+        mode = mode or default_mode(placement)
         header = read_header(model_path)  # read once: the metadata and the memory estimate
         info = read_info(model_path, header)
         if info.gdn_layers >= int(info.hyperparameters.get("block_count", 0)):

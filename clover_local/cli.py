@@ -140,9 +140,11 @@ MODEL_OPTIONS = [
     ),
     _option(
         "mode",
-        ModeName,
-        ModeName.diffusion,
-        help="diffusion (blocks), ar (a token per pass), speculative (previews draft, causal passes check).",
+        ModeName | None,
+        None,
+        help="diffusion (blocks), ar (a token per pass), speculative (previews draft, causal passes "
+        "check). Default: diffusion; ar when the routed experts are in system RAM (--cpu-moe, "
+        "--n-cpu-moe, -ot exps=CPU).",
     ),
     _option("n_ctx", int, 8192, "--n-ctx", "-c", help="Context size in tokens; 0: the model's 131072."),
     _option(
@@ -499,7 +501,7 @@ def load_model(
     model: str,
     file: str | None,
     backend: BackendName,
-    mode: ModeName,
+    mode: ModeName | None,
     n_ctx: int,
     n_gpu_layers: int,
     threads: int | None,
@@ -519,7 +521,7 @@ def load_model(
                 f"{path}: --backend reference runs a checkpoint directory (config.json + safetensors); "
                 "a GGUF runs on the default backend"
             )
-        clover = Clover.from_checkpoint(path, n_ctx=n_ctx, mode=mode.value)
+        clover = Clover.from_checkpoint(path, n_ctx=n_ctx, mode=mode.value if mode else "diffusion")
     elif path.is_dir():
         raise ModelFileError(
             f"{path}: is a checkpoint directory; convert it (clover convert) or run it on the numpy "
@@ -532,7 +534,7 @@ def load_model(
             n_gpu_layers=n_gpu_layers,
             n_threads=threads,
             verbose=verbose,
-            mode=mode.value,
+            mode=mode.value if mode else None,
             on_memory=lambda m: err.print(m.line(), style="dim", highlight=False, soft_wrap=True),
             **(placement or {}),
         )

@@ -139,10 +139,30 @@ def test_estimate_per_device_and_the_advice_when_it_does_not_fit():
 def load_log(gguf: Path, *opts: str) -> tuple[str, list[int]]:
     """llama.cpp's log of a real `clover generate` and the tokens it wrote."""
     res = clover(
-        "generate", str(gguf), "-p", "The quick brown fox", "-n", "16", "--raw", "--json", "--verbose", *opts
-    )
+        "generate", str(gguf), "-p", "The quick brown fox", "-n", "16", "--raw", "--json", "--verbose",
+        "--mode", "diffusion", *opts,
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stderr, json.loads(res.stdout)["clover"]["tokens"]
+
+
+@needs_llama
+@pytest.mark.llama
+def test_experts_in_system_ram_default_to_the_ar_mode(llama_gguf):
+    from clover_local.api import Clover
+
+    for kw, mode in (
+        ({}, "diffusion"),
+        ({"cpu_moe": True}, "ar"),
+        ({"n_cpu_moe": 1}, "ar"),
+        ({"override_tensor": "exps=CPU"}, "ar"),
+        ({"cpu_moe": True, "mode": "diffusion"}, "diffusion"),
+    ):
+        with Clover(llama_gguf, n_ctx=256, **kw) as llm:
+            assert llm.mode == mode, kw
+    res = clover("generate", str(llama_gguf), "-p", "Hi", "-n", "4", "--cpu-moe", "--json")
+    assert res.returncode == 0, res.stderr[-1000:]
+    assert json.loads(res.stdout)["clover"]["mode"] == "ar"
 
 
 @needs_llama

@@ -466,7 +466,16 @@ def verify(
         )
         out.print(f"greedy generation: {report.token_agreement:.1%} of {n_ref} tokens agree{judged}")
         if report.speculative_identical is not None:
-            same = "identical to" if report.speculative_identical else "[red]differs from[/red]"
+            div = report.speculative_divergence
+            if report.speculative_identical:
+                same = "identical to"
+            elif div and div["near_tie"]:
+                same = (
+                    f"parts at token {div['token']} on a near-tie (one-row logit margin "
+                    f"{div['margin']:.3f} within the GPU's {div['bound']:.3f}) from"
+                )
+            else:
+                same = "[red]differs from[/red]"
             out.print(f"speculative decoding: {same} left-to-right decoding on this file")
         if tensors := report.checks.get("tensors"):
             worst, bad = tensors["worst"], len(tensors["failed"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pytest
 from clover_convert.pipeline import Options, convert, prepare
 
@@ -102,3 +103,28 @@ def test_clover_verify_command_passes_a_conversion_and_fails_a_mismatch(checkpoi
     other = subprocess.run([*cmd, str(checkpoint_factory("tiny", seed=1))], capture_output=True, text=True)
     assert other.returncode == 1
     assert "FAIL" in other.stdout and "KL" in other.stdout
+
+
+def test_speculative_and_ar_may_part_only_on_a_gpu_near_tie():
+    from clover_local.conversion_check import divergence, first_difference
+
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1 and first_difference([1, 2], [1, 2, 3]) == 2
+    assert divergence([1, 2], [1, 2], None, "gpu", 1.0) is None
+    assert divergence([1, 2], [1, 5], 0.2, "gpu", 1.0)["near_tie"] is True
+    assert divergence([1, 2], [1, 5], 2.0, "gpu", 1.0)["near_tie"] is False  # a clear lead: a wrong pass
+    assert divergence([1, 2], [1, 5], 0.2, "cpu", 1.0)["near_tie"] is False  # the CPU must agree exactly
+    assert divergence([1, 2], [1, 2, 3], None, "gpu", 1.0)["near_tie"] is False  # lengths differ
+
+
+def test_one_row_margin_is_the_ar_steps_logit_lead(checkpoint_factory, tmp_path):
+    from clover_local.conversion_check import one_row_margin
+    from clover_local.llama.engine import LlamaEngine
+
+    path = gguf(checkpoint_factory("tiny"), tmp_path, "f32")
+    with LlamaEngine(path, n_ctx=256, n_threads=2) as eng:
+        context = [5, 9, 13, 17]
+        logits = eng.causal_logits(context)[-1]
+        top, second = np.argsort(logits)[::-1][:2]
+        margin = one_row_margin(eng, context, int(top), int(second))
+        assert margin == pytest.approx(float(logits[top] - logits[second]), abs=1e-3) and margin >= 0

@@ -13,6 +13,8 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -355,3 +357,51 @@ def test_a_server_busy_with_another_client_fails_in_seconds(llama_gguf, servers,
         with pytest.raises(rpc.RpcError, match=rf"RPC server {servers[0].endpoint}: no answer within 1 s"):
             Clover(llama_gguf, n_ctx=512, n_gpu_layers=-1, rpc_servers=servers[0].endpoint)
         assert time.monotonic() - t0 < 5
+
+
+def http(port: int, path: str, body: dict | None = None) -> tuple[int, dict]:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@needs_llama
+@pytest.mark.llama
+def test_clover_serve_answers_503_once_a_server_is_lost_and_keeps_serving(llama_gguf, tmp_path):
+    pytest.importorskip("fastapi")
+    port = free_port()
+    with rpc_servers(tmp_path) as two:
+        serve = subprocess.Popen(
+            [CLOVER, "serve", str(llama_gguf), "--port", str(port), "-c", "512", "-t", "1"]
+            + ["--rpc", endpoints(two)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if http(port, "/health")[0] == 200:
+                        break
+                except OSError:
+                    assert serve.poll() is None and time.monotonic() < deadline
+                    time.sleep(0.2)
+            request = {"prompt": PROMPT, "max_tokens": 8}
+            assert http(port, "/v1/completions", request)[0] == 200
+            two[1].proc.kill()
+            two[1].proc.wait()
+            status, body = http(port, "/v1/completions", request)
+            assert status == 503 and body["error"]["message"].startswith(
+                f"RPC server {two[1].endpoint} was lost"
+            )
+            assert http(port, "/health")[0] == 200 and serve.poll() is None
+        finally:
+            serve.send_signal(signal.SIGINT)
+            serve.wait(30)

@@ -73,6 +73,8 @@ def probe(endpoint: str, timeout: float | None = None) -> tuple[int, int, int]:
         ) from None
     except OSError as e:
         raise RpcError(f"RPC server {endpoint}: {e.strerror or e}") from None
+    if not reply:
+        raise RpcError(f"RPC server {endpoint}: closed the connection without answering the handshake")
     if len(reply) < 8 + HELLO_REPLY or struct.unpack("<Q", reply[:8])[0] != HELLO_REPLY:
         raise RpcError(f"RPC server {endpoint}: not a ggml RPC server (unexpected handshake reply)")
     return tuple(reply[8:11])  # type: ignore[return-value]

@@ -332,6 +332,53 @@ def test_a_server_lost_mid_request_is_one_error_and_the_process_goes_on(llama_gg
     assert "Traceback" not in res.stderr and "GGML_ASSERT" not in res.stderr and "abort" not in res.stderr
 
 
+CUT = textwrap.dedent(
+    """
+    import sys
+    from clover_local import Clover
+    from clover_local.rpc import RpcError
+    from clover_local.testing.rpc_proxy import RpcProxy
+
+    model, first, second = sys.argv[1:4]
+
+    def run(cut_after):
+        proxy = RpcProxy(first, cut_after)
+        try:
+            servers = [proxy.endpoint, second]
+            with Clover(model, n_ctx=512, n_threads=1, n_gpu_layers=-1, rpc_servers=servers) as llm:
+                llm.create_completion("Once upon a time", max_tokens=32)
+            return "ok", proxy.traffic.sent
+        except RpcError:
+            return "RpcError", proxy.traffic.sent
+        finally:
+            proxy.close()
+
+    _, total = run(None)
+    for fraction in (0.02, 0.3, 0.6, 0.8, 0.95, 0.99):
+        print(fraction, *run(int(fraction * total)))
+    with Clover(model, n_ctx=512, n_threads=1) as local:
+        print(len(local.create_completion("Once upon a time", max_tokens=32)["clover"]["tokens"]))
+    """
+)
+
+
+@needs_llama
+@pytest.mark.llama
+def test_a_link_cut_anywhere_in_a_load_or_a_request_is_an_rpc_error(llama_gguf, servers):
+    """The first server's connection dropped after a share of what a load and a 32-token request
+    send it (during the probes, the weights, the graphs, the passes): an `RpcError` every time."""
+    res = subprocess.run(
+        [sys.executable, "-c", CUT, str(llama_gguf), servers[0].endpoint, servers[1].endpoint],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    *cuts, local = res.stdout.splitlines()
+    assert [c.split()[1] for c in cuts] == ["RpcError"] * 6 and local == "32", res.stdout
+    assert "Traceback" not in res.stderr
+
+
 @needs_llama
 @pytest.mark.llama
 def test_a_command_given_a_dead_address_fails_in_one_line(llama_gguf):

@@ -8,7 +8,9 @@ sends one request and waits for its reply before the next. Requests that carry a
 (`SET_TENSOR`, `GET_TENSOR`) are attributed to the tensor's name, read from the serialized
 `rpc_tensor` (a scheduler's input copy `RPC0[host:port]#inp_pos#1` counts as `inp_pos`), so a
 measurement can say which tensors a pass moves. `snapshot()` / `since()` give
-the traffic between two points (`bench/rpc_traffic.py`, tests/test_rpc.py).
+the traffic between two points (`bench/rpc_traffic.py`, tests/test_rpc.py). With `cut_after`
+it drops the connection before the request that would take the client's bytes past that many:
+a link lost at a chosen point.
 """
 
 from __future__ import annotations
@@ -86,9 +88,10 @@ def _tensor(payload: bytes) -> tuple[str, tuple[int, ...]]:
 class RpcProxy:
     """Forward 127.0.0.1:`port` to `server` ("HOST:PORT"), counting into `traffic`."""
 
-    def __init__(self, server: str):
+    def __init__(self, server: str, cut_after: int | None = None):
         host, _, port = server.partition(":")
         self.server = (host, int(port))
+        self.cut_after = cut_after
         self.traffic = Traffic()
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -126,6 +129,8 @@ class RpcProxy:
                 cmd, size = struct.unpack("<BQ", head)
                 payload = _read(src, size)
                 name = COMMANDS[cmd] if cmd < len(COMMANDS) else str(cmd)
+                if self.cut_after is not None and self.traffic.sent + 9 + size > self.cut_after:
+                    break
                 with self._lock:
                     t = self.traffic
                     t.sent += 9 + size
@@ -142,7 +147,8 @@ class RpcProxy:
                         pending.append(tensor if name == "GET_TENSOR" else "")
                 dst.sendall(head + payload)
         except (OSError, EOFError):
-            _close(src, dst)
+            pass
+        _close(src, dst)
 
     def _replies(self, src: socket.socket, dst: socket.socket, pending: list[str]) -> None:
         try:

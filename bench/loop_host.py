@@ -6,13 +6,12 @@ Runs `loops.ar_loop` on the llama.cpp engine and splits each step's wall time in
 spent inside `llama_clover_pass` (graph, compute, one synchronization) and the rest: the loop's
 and the engine's Python per token (the adjustment, the ctypes call, the events). `--profile`
 prints cProfile's top functions of the loop. Prints medians in microseconds.
+`bench/device/timing.py` runs the same split on the GPU (`host_split`).
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import pstats
 import statistics
 import sys
 import time
@@ -27,15 +26,9 @@ from clover_local.llama import capi, engine  # noqa: E402
 from clover_local.policy import DecodingSettings  # noqa: E402
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model")
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--prompt", type=int, default=64, help="prompt length (random token ids)")
-    ap.add_argument("--profile", action="store_true", help="also print cProfile's top functions")
-    args = ap.parse_args(argv)
-
+def host_split(eng: engine.LlamaEngine, prompt: list[int], s: DecodingSettings) -> dict:
+    """The `ar` loop's wall time per token, split into `llama_clover_pass` and the rest (the loop's
+    and the engine's Python): medians in microseconds."""
     inside: list[float] = []
     raw_pass = capi.llama_clover_pass
 
@@ -46,22 +39,44 @@ def main(argv: list[str] | None = None) -> int:
         return rc
 
     engine.capi.llama_clover_pass = timed_pass
+    try:
+        steps = [e.seconds for e in loops.ar_loop(eng, prompt, s) if isinstance(e, loops.TokenEvent)]
+    finally:
+        engine.capi.llama_clover_pass = raw_pass
+    passes = inside[1 : 1 + len(steps)]  # inside[0] is the prefill
+    return {
+        "tokens": len(steps),
+        "step_us": statistics.median(steps) * 1e6,
+        "pass_us": statistics.median(passes) * 1e6,
+        "python_us": statistics.median([a - b for a, b in zip(steps, passes, strict=True)]) * 1e6,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt", type=int, default=64, help="prompt length (random token ids)")
+    ap.add_argument("--profile", action="store_true", help="also print cProfile's top functions")
+    args = ap.parse_args(argv)
+
     with engine.LlamaEngine(args.model, n_ctx=args.prompt + args.tokens + 64, n_threads=args.threads) as eng:
         mask = int(eng._meta("tokenizer.ggml.mask_token_id", "-1"))
         s = DecodingSettings(
             mask_token_id=mask, max_new_tokens=args.tokens, presence_penalty=1.5, stop_token_ids=(0,)
         )
         prompt = list(range(1, args.prompt + 1))
-        steps = []
-        for event in loops.ar_loop(eng, prompt, s):
-            if isinstance(event, loops.TokenEvent):
-                steps.append(event.seconds)
-        passes = inside[1 : 1 + len(steps)]  # inside[0] is the prefill
-        host = [s - p for s, p in zip(steps, passes, strict=True)]
-        print(f"{len(steps)} tokens: step {statistics.median(steps) * 1e6:.0f} us, ", end="")
-        print(f"llama_clover_pass {statistics.median(passes) * 1e6:.0f} us, ", end="")
-        print(f"host Python per token {statistics.median(host) * 1e6:.1f} us (median)")
+        split = host_split(eng, prompt, s)
+        print(f"{split['tokens']} tokens: step {split['step_us']:.0f} us, ", end="")
+        print(f"llama_clover_pass {split['pass_us']:.0f} us, ", end="")
+        print(f"host Python per token {split['python_us']:.1f} us (median)")
         if args.profile:
+            # here, not at the top: bench/device/profile.py shadows the stdlib module cProfile imports
+            # for bench/device/timing.py, which imports host_split from this file
+            import cProfile
+            import pstats
+
             prof = cProfile.Profile()
             prof.enable()
             loops.last_result(loops.ar_loop(eng, prompt, s))

@@ -29,12 +29,12 @@ from typing import Any, Literal, Protocol, cast
 import numpy as np
 
 from . import limits, memory, policy, speculative
-from .backend import Backend, Routing, SpeculativeBackend
+from .backend import Backend, SpeculativeBackend
 from .guard import Guard, serialized
 from .loops import BlockEvent, Event, PassEvent, Result, TokenEvent, ar_loop, diffusion_loop
 from .memory import MemoryEstimate
 from .model.config import CONTEXT_LIMIT, CheckpointConfig, GenerationDefaults
-from .model.decoding_parameters import from_request
+from .model.decoding_parameters import BY_REQUEST_NAME, from_request
 from .model.gguf_info import ModelFileError, ModelInfo, read_header, read_info
 from .model.tokenizer import THINK_END, THINK_START, CloverTokenizer
 from .placement import FlashAttn, Placement
@@ -310,8 +310,8 @@ class Clover:
         from .reference.model import ReferenceModel
 
         ck = CheckpointConfig.from_dir(path)
-        overrides = {"coreset_enabled": coreset, "coreset_top_p": coreset_top_p}
-        model = ReferenceModel.from_checkpoint(path, **{k: v for k, v in overrides.items() if v is not None})
+        overrides = from_request({"coreset": coreset, "coreset_top_p": coreset_top_p})
+        model = ReferenceModel.from_checkpoint(path, **overrides)
         tokenizer = CloverTokenizer.from_dir(path)
         mask = ck.model.mask_token_id if ck.model.mask_token_id is not None else -1
         return cls.from_backend(NumpyBackend(model), tokenizer, ck.generation, mask, str(path), n_ctx, mode)
@@ -328,6 +328,10 @@ class Clover:
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        # the previews route as the backend was loaded (the model file's routing, or the loading
+        # options'), unless a request says otherwise
+        routing = backend.default_routing
+        defaults = replace(defaults, coreset_enabled=routing.coreset, coreset_top_p=routing.top_p)
         self.backend, self.tokenizer, self.defaults = backend, tokenizer, defaults
         self.mask_token_id, self.model_path, self.context_limit, self.mode = (
             mask_token_id,
@@ -401,7 +405,8 @@ class Clover:
         """The policy's settings for a request: the model's defaults, then these overrides.
 
         `overrides` go by the decoding parameters' request names (`block_size`, `threshold`,
-        `repeat_penalty`, ...: `decoding_parameters.BY_REQUEST_NAME`); None keeps the default.
+        `repeat_penalty`, `coreset`, ...: `decoding_parameters.BY_REQUEST_NAME`); None keeps the
+        default.
         `max_tokens` None (or <= 0) means the model's default budget, cut to what fits the context.
         In AR mode blocks are one token wide, which is also what the length check then counts.
         """
@@ -507,28 +512,16 @@ class Clover:
         yield _Outcome("stop" if text.stopped else finish, text.n_tokens, stats)
 
     def _prepare(
-        self,
-        prompt: list[int],
-        max_tokens: int | None,
-        sampling: Sampling,
-        coreset: bool | None,
-        coreset_top_p: float | None,
-        overrides: dict[str, Any],
+        self, prompt: list[int], max_tokens: int | None, sampling: Sampling, overrides: dict[str, Any]
     ) -> DecodingSettings:
-        """Validate a request before any pass runs: option ranges, coreset, length.
+        """Validate a request before any pass runs: option ranges, length.
 
         The request's routing travels with its settings to every preview it runs; the backend
         keeps only the model file's (`default_routing`), so nothing one request sets sticks."""
         limits.check_all({**asdict(sampling), **overrides, "max_tokens": max_tokens})
-        limits.check("coreset_top_p", coreset_top_p)
         s = self.decoding_settings(len(prompt), max_tokens, **overrides)
         policy.check_length(len(prompt), s)
-        default = self.backend.default_routing
-        routing = Routing(
-            default.coreset if coreset is None else coreset,
-            default.top_p if coreset_top_p is None else coreset_top_p,
-        )
-        return replace(s, routing=routing)
+        return s
 
     @serialized
     def create_completion(
@@ -545,24 +538,25 @@ class Clover:
         *,
         min_p: float = 0.0,
         echo: bool = False,
-        coreset: bool | None = None,
-        coreset_top_p: float | None = None,
         on_event: EventCallback | None = None,
         **settings: Any,
     ) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """Complete a raw prompt (no chat template), like `Llama.create_completion`.
 
-        Clover extras: `block_size`, `threshold`, `presence_penalty`, `frequency_penalty`,
-        `repeat_penalty`, the `stop_ramp_*` / `think_ramp_*` ramps (model defaults when omitted),
-        `coreset` / `coreset_top_p` for previews, and `on_event`, called with every decode event.
+        Clover extras: the decoding parameters by their request names (`DECODING_OVERRIDES`:
+        `block_size`, `threshold`, the penalties, the `stop_ramp_*` / `think_ramp_*` ramps, `coreset`
+        / `coreset_top_p` for previews; the model's defaults when omitted), and `on_event`, called
+        with every decode event.
         llama-cpp-python's other request arguments are accepted (`request_overrides`). Raises
         `RequestTooLong` (a ValueError) before any work when the request cannot fit, `OptionError`
         (a ValueError) for a value out of range.
         """
+        if isinstance(prompt, list):
+            check_token_ids(prompt, self.backend.vocab_size)
         ids = prompt if isinstance(prompt, list) else self.tokenizer.encode(prompt)
         sampling = Sampling(temperature, top_p, top_k, min_p, seed)
         overrides = request_overrides("create_completion", settings)
-        s = self._prepare(ids, max_tokens, sampling, coreset, coreset_top_p, overrides)
+        s = self._prepare(ids, max_tokens, sampling, overrides)
         steps = self._run(ids, s, _stops(stop), False, sampling, on_event)
         head = {"id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time())}
         head["model"] = model or self.model_path
@@ -603,8 +597,6 @@ class Clover:
         *,
         min_p: float = 0.0,
         thinking: bool = False,
-        coreset: bool | None = None,
-        coreset_top_p: float | None = None,
         on_event: EventCallback | None = None,
         **settings: Any,
     ) -> dict[str, Any] | Iterator[dict[str, Any]]:
@@ -618,7 +610,7 @@ class Clover:
         sampling = Sampling(temperature, top_p, top_k, min_p, seed)
         overrides = request_overrides("create_chat_completion", settings)
         ids = self.tokenizer.encode(self.tokenizer.render_chat(messages, enable_thinking=thinking))
-        s = self._prepare(ids, max_tokens, sampling, coreset, coreset_top_p, overrides)
+        s = self._prepare(ids, max_tokens, sampling, overrides)
         reasoning = policy.thinking(ids, [], s)
         history = self._history_length(ids, messages, thinking)
         steps = self._run(ids, s, _stops(stop), reasoning, sampling, on_event, history)
@@ -702,11 +694,9 @@ LLAMA_ARGS_WITHOUT_EFFECT = frozenset(
     "last_n_tokens_size lora_base lora_scale lora_path numa chat_format chat_handler draft_model "
     "tokenizer spm_infill".split()
 )
-# Clover's own decoding overrides a request may carry (`Clover.decoding_settings`)
-DECODING_OVERRIDES = frozenset(
-    "block_size threshold presence_penalty frequency_penalty repeat_penalty stop_ramp_start "
-    "stop_ramp_max think_ramp_start think_ramp_max".split()
-)
+# the decoding overrides a request may carry (`Clover.decoding_settings`): the table's request
+# names, but `max_tokens`, an argument of its own as in llama-cpp-python
+DECODING_OVERRIDES = tuple(name for name in BY_REQUEST_NAME if name != "max_tokens")
 # llama-cpp-python's request arguments without effect here (sampler variants the graph has not)
 REQUEST_ARGS_WITHOUT_EFFECT = frozenset(
     "typical_p tfs_z mirostat_tau mirostat_eta top_logprobs tool_choice function_call".split()
@@ -725,6 +715,14 @@ REQUEST_ARGS_REFUSED = {
 }
 
 
+def refusal(name: str, value: Any) -> str | None:
+    """Why a request argument that Clover cannot honour is refused (`REQUEST_ARGS_REFUSED`), or None:
+    another name, or the value that asks for nothing (None, False, 0, empty)."""
+    if name in REQUEST_ARGS_REFUSED and value not in (None, False, 0, "", [], {}):
+        return REQUEST_ARGS_REFUSED[name]
+    return None
+
+
 def request_overrides(method: str, settings: dict[str, Any]) -> dict[str, Any]:
     """Clover's decoding overrides among a request's extra keywords; llama-cpp-python's other request
     arguments pass where they change nothing and are refused, with the reason, where they would."""
@@ -740,11 +738,19 @@ def request_overrides(method: str, settings: dict[str, Any]) -> dict[str, Any]:
                     "has not (the graph picks each position's argmax); ask for JSON in the prompt instead"
                 )
         elif name in REQUEST_ARGS_REFUSED:
-            if value not in (None, False, 0, "", [], {}):
-                raise ValueError(REQUEST_ARGS_REFUSED[name])
+            why = refusal(name, value)
+            if why:
+                raise ValueError(why)
         elif name not in REQUEST_ARGS_WITHOUT_EFFECT:
             raise TypeError(f"{method}() got an unexpected keyword argument {name!r}")
     return overrides
+
+
+def check_token_ids(ids: Sequence[int], vocab_size: int) -> None:
+    """A prompt given as token ids holds tokens of the vocabulary (llama.cpp fails the pass on any
+    other), checked before any work."""
+    if not all(isinstance(t, int | np.integer) and 0 <= t < vocab_size for t in ids):
+        raise ValueError(f"prompt: token ids must lie in [0, {vocab_size})")
 
 
 def _stops(stop: str | list[str] | None) -> list[str]:

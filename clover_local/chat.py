@@ -41,19 +41,28 @@ HELP = """\
 /think [on|off]     thinking mode (reasoning shown dimmed); alone: switch it
 /system TEXT        set the system prompt (and start over)
 /reset              forget the conversation (keeps the system prompt)
-/set NAME VALUE     a decoding option: max_tokens, threshold, block_size, temperature, ...
+/set NAME VALUE     a decoding option: max_tokens, threshold, block_size, coreset on|off, temperature, ...
 /save [FILE]        save the conversation as JSON (default: clover-chat-DATE.json)
 /load FILE          load a conversation saved with /save
 /exit               quit (or Ctrl-D)
 End a line with \\ to continue it; \"\"\" opens and closes a block of lines.
 Ctrl-C stops an answer."""
 
-# `/set NAME VALUE`: the decoding parameters a request may change (their table), and the sampling
-SETTABLE: dict[str, type] = {
-    **{p.request: p.type for p in PARAMETERS if p.request is not None},
+
+def on_off(text: str) -> bool:
+    """A switch's value as `/set` takes it: on / off (or true / false, 1 / 0)."""
+    value = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}.get(text.lower())
+    if value is None:
+        raise ValueError(text)
+    return value
+
+
+# `/set NAME VALUE`: the decoding parameters a request may change (their table), and the sampling;
+# each name's parser
+SETTABLE: dict[str, Callable[[str], Any]] = {
+    **{p.request: on_off if p.type is bool else p.type for p in PARAMETERS if p.request is not None},
     "temperature": float,
     "seed": int,
-    "coreset_top_p": float,
 }
 
 
@@ -177,7 +186,7 @@ class ChatSession:
         return True
 
     def set_option(self, arg: str) -> None:
-        """`/set NAME VALUE` for a numeric request option; `/set` alone lists them."""
+        """`/set NAME VALUE` for a request option (a number, or on / off); `/set` alone lists them."""
         key, _, value = arg.partition(" ")
         if not key:
             self.note(
@@ -194,7 +203,8 @@ class ChatSession:
             self.error(f"/set {e}")
             return
         except ValueError:
-            self.error(f"/set {key}: {value!r} is not a number")
+            kind = "on or off" if SETTABLE[key] is on_off else "a number"
+            self.error(f"/set {key}: {value!r} is not {kind}")
             return
         self.request[key] = number
         self.note(f"{key} = {self.request[key]}")

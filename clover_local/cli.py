@@ -12,6 +12,7 @@ import functools
 import inspect
 import json
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -292,8 +293,6 @@ DECODING_OPTIONS = [
         for p in PARAMETERS
         if p.request is not None
     ),
-    _option("coreset", bool | None, None, "--coreset/--no-coreset", help="Block expert coreset in previews."),
-    _option("coreset_top_p", float | None, None, help="Coreset router mass (default: the model's)."),
     _option("stop", list[str] | None, None, "--stop", help="Stop string (repeatable)."),
     _option(
         "temperature", float | None, None, help="Sampling temperature (ar and speculative modes); 0: greedy."
@@ -697,7 +696,8 @@ def serve(
     except ImportError as e:
         fail(f"clover serve needs the server extra ({e.name} is missing): pip install 'clover-local[server]'")
     loading, placing, decoding = options
-    check_options(loading, placing, decoding)
+    check_options({"port": port}, loading, placing, decoding)
+    check_listen(host, port)
     with user_errors():
         clover = load_model(model, **loading, placement=placement_kwargs(**placing))
     if api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
@@ -709,6 +709,18 @@ def serve(
     config = ServerConfig(name, api_key=api_key, max_queued=max_queued, defaults=_request(decoding))
     with clover, user_errors():
         run_server(clover, config, host, port)
+
+
+def check_listen(host: str, port: int) -> None:
+    """Fail before the model loads when the address cannot be listened on (a port in use, an
+    unknown host): one line, exit 1, instead of the server's own log line after the loading."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+            probe.bind(address)
+    except OSError as e:
+        fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
 
 
 @app.command()

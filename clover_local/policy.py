@@ -27,14 +27,30 @@ class RequestTooLong(ValueError):
 @dataclass(frozen=True, kw_only=True)
 class DecodingSettings(DecodingParameters):
     """Everything the policy needs for one request: the decoding parameters (`GenerationDefaults`
-    plus the request's overrides) and what the model and the request add."""
+    plus the request's overrides) and what the model and the request add.
 
+    The previews' coreset settings are None where nobody chose them (settings made without the
+    model's defaults): the passes then route as the model file says (`Backend.default_routing`).
+    """
+
+    coreset_enabled: bool | None = None
+    coreset_top_p: float | None = None
     mask_token_id: int
     stop_token_ids: tuple[int, ...] = ()
     think_start_id: int | None = None  # `<think>` / `</think>` ids; None: no think ramp
     think_end_id: int | None = None
     context_limit: int = CONTEXT_LIMIT
-    routing: Routing | None = None  # the previews' MoE routing; None: the model file's
+
+    def __post_init__(self) -> None:
+        if (self.coreset_enabled is None) != (self.coreset_top_p is None):
+            raise ValueError("coreset_enabled and coreset_top_p are set together (or both left None)")
+
+    @property
+    def routing(self) -> Routing | None:
+        """The previews' MoE routing; None: the model file's."""
+        if self.coreset_enabled is None or self.coreset_top_p is None:
+            return None
+        return Routing(self.coreset_enabled, self.coreset_top_p)
 
     @classmethod
     def from_defaults(

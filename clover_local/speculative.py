@@ -59,6 +59,8 @@ class SpeculativeSettings:
             raise ValueError(f"draft_len {n} outside 0..{s.block_size - 1} (block_size - 1)")
         if self.refinements < 0 or self.temperature < 0 or self.probe_after < 1:
             raise ValueError("refinements and temperature must be >= 0, probe_after >= 1")
+        if not 0 <= self.draft_threshold <= 1:  # NaN too
+            raise ValueError(f"draft_threshold must be a number from 0 to 1, got {self.draft_threshold!r}")
         return n
 
 

@@ -31,6 +31,8 @@ from .mix import OUTTYPES
 from .pipeline import Options, Prepared, Result, convert, parse_size, prepare
 from .plan import PlannedTensor
 
+MAX_THREADS = 512  # a worker thread per core, as ggml's pool counts them; more only costs memory
+
 app = typer.Typer(
     add_completion=False, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]}
 )
@@ -77,7 +79,8 @@ def convert_command(
         ),
     ] = None,
     threads: Annotated[
-        int, typer.Option("--threads", "-t", min=0, help="Worker threads (0: all cores).")
+        int,
+        typer.Option("--threads", "-t", min=0, max=MAX_THREADS, help="Worker threads (0: all cores)."),
     ] = 0,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output file.")] = False,
     name: Annotated[

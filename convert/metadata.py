@@ -59,13 +59,11 @@ def add_model_keys(w: GGUFWriter, ck: CheckpointConfig) -> None:
 
 
 def add_diffusion_keys(w: GGUFWriter, ck: CheckpointConfig) -> None:
-    """The decoding parameters (their table, under `clover-moe.diffusion.`), the preview routing
-    defaults and the stop tokens (`CheckpointConfig.from_dir` gives both configs one `block_size`)."""
-    cfg, gen = ck.model, ck.generation
+    """The decoding parameters (their table, under `clover-moe.diffusion.`: `CheckpointConfig.from_dir`
+    resolves config.json's and generation_config.json's into one set) and the stop tokens."""
+    gen = ck.generation
     for p in PARAMETERS:
         w.add_key_value(p.gguf_key, getattr(gen, p.name), GGUFValueType[p.gguf_type])
-    w.add_bool(gn.DIFFUSION_CORESET_ENABLED, cfg.coreset_enabled)
-    w.add_float32(gn.DIFFUSION_CORESET_TOP_P, cfg.coreset_top_p)
     if gen.eos_token_ids:
         w.add_array(gn.DIFFUSION_EOS_TOKEN_IDS, list(gen.eos_token_ids))
 

@@ -27,6 +27,7 @@ from clover_local.model.tokenizer import THINK_END, THINK_START, CloverTokenizer
 from clover_local.policy import DecodingSettings, RequestTooLong
 from clover_local.reference.backend import NumpyBackend
 from clover_local.reference.model import ReferenceModel
+from clover_local.speculative import SpeculativeSettings
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 # thinking on (the API's default is off); the think ramp forces `</think>` after a few tokens, so
@@ -437,6 +438,22 @@ def test_sampling_is_seeded_in_ar_mode_and_greedy_in_diffusion_mode(clover, ar_c
 def test_request_arguments_out_of_range_are_one_value_error(clover, kw, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         clover.create_completion("Hello", max_tokens=8, **kw)
+
+
+def test_token_ids_outside_the_vocabulary_are_one_value_error(clover):
+    """Before any pass: llama.cpp would fail the pass on them, with no word of which one."""
+    for ids in ([clover.n_vocab()], [-1], [1, "2"]):
+        with pytest.raises(
+            ValueError, match=re.escape(f"prompt: token ids must lie in [0, {clover.n_vocab()})")
+        ):
+            clover.create_completion(ids, max_tokens=8)
+
+
+def test_speculative_draft_threshold_is_range_checked(runtime):
+    spec = runtime("speculative")
+    spec.draft = SpeculativeSettings(draft_threshold=float("nan"))
+    with pytest.raises(ValueError, match="draft_threshold must be a number from 0 to 1, got nan"):
+        spec.create_completion("Hello", max_tokens=8)
 
 
 def test_llama_cpp_python_arguments_are_accepted(clover, tiny_gguf):

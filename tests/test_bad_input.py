@@ -141,3 +141,30 @@ lib.ggml_abort(b"x.c", 1, b"deliberate abort")
     assert res.stdout.strip() == "1"
     assert res.returncode == -6 and "deliberate abort" in res.stderr
     assert "gdb" not in res.stderr.lower() and "backtrace" not in res.stderr.lower()
+
+
+@pytest.mark.parametrize(
+    ("sections", "why"),
+    [
+        ([0, 0, 0, 0], "must have one of its first three sections > 0"),
+        ([1000, 1000, 1000, 0], "must add up to at most the head dimension, 32"),
+    ],
+)
+def test_rotary_sections_llama_cpp_aborts_on_are_refused(gguf_factory, tmp_path, sections, why) -> None:
+    """Rotary sections that ggml's rope asserts on: one line naming the key, before llama.cpp."""
+    from gguf import GGUFReader
+
+    from clover_local.model.gguf_check import GGUFError, check_gguf
+    from clover_local.model.gguf_header import read_header
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(gguf_factory("tiny")[1].read_bytes())
+    reader = GGUFReader(path, "r+")
+    field = reader.fields["clover-moe.rope.dimension_sections"]
+    for i, value in zip(field.data, sections, strict=True):
+        field.parts[i][0] = value
+    reader.data.flush()
+    del reader
+    with pytest.raises(GGUFError) as e:
+        check_gguf(path, read_header(path))
+    assert str(e.value) == f"m.gguf: clover-moe.rope.dimension_sections is {sections}: {why}"

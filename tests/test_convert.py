@@ -154,7 +154,7 @@ def test_metadata_and_vocab(checkpoint_factory, tmp_path: Path) -> None:
     assert field(reader, gn.key("diffusion.block_size")) == 32
     assert field(reader, gn.key("diffusion.threshold")) == pytest.approx(0.95)
     assert field(reader, gn.key("diffusion.logit_shift")) == 1
-    assert field(reader, gn.DIFFUSION_CORESET_TOP_P) == pytest.approx(0.9)
+    assert field(reader, gn.key("diffusion.coreset_top_p")) == pytest.approx(0.9)
     assert field(reader, gn.DIFFUSION_EOS_TOKEN_IDS) == list(ckpt.config.generation.eos_token_ids)
     assert field(reader, "general.quantization_version") == 2
     tokens, types = field(reader, "tokenizer.ggml.tokens"), field(reader, "tokenizer.ggml.token_type")

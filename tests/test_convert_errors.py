@@ -65,6 +65,11 @@ def edit_config(ckpt: Path, **values: object) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), **values}))
 
 
+def edit_rope(ckpt: Path, **values: object) -> None:
+    rope = json.loads((ckpt / "config.json").read_text())["rope_parameters"]
+    edit_config(ckpt, rope_parameters={**rope, **values})
+
+
 def drop_tensor(ckpt: Path) -> None:
     name = "model.layers.1.linear_attn.in_proj_z.weight"
     shard = ckpt / json.loads((ckpt / "model.safetensors.index.json").read_text())["weight_map"][name]
@@ -117,6 +122,19 @@ CASES: dict[str, tuple[Edit, str]] = {
     "corrupt shard": (corrupt_shard, "corrupt safetensors header"),
     "index points at missing shard": (lambda c: shards(c)[2].unlink(), "points at a missing shard"),
     "no tokenizer": (lambda c: (c / "tokenizer.json").unlink(), "no tokenizer.json"),
+    # llama.cpp aborts on rotary sections past the head dimension, and on none
+    "rotary sections past the head dim": (
+        lambda c: edit_rope(c, mrope_section=[1000, 1000, 1000]),
+        "config.json mrope_section is [1000, 1000, 1000]: must add up to at most the head dimension, 32",
+    ),
+    "no rotary sections": (
+        lambda c: edit_rope(c, mrope_section=[0, 0, 0, 5]),
+        "config.json mrope_section is [0, 0, 0, 5]: must have one of its first three sections > 0",
+    ),
+    "a negative rotary section": (
+        lambda c: edit_rope(c, mrope_section=[-1, 11, 10]),
+        "config.json mrope_section is [-1, 11, 10]: must be up to 4 integers >= 0",
+    ),
 }
 
 
@@ -189,4 +207,11 @@ def test_failure_while_writing_leaves_nothing(
     monkeypatch.setattr(writer, "_write_tensor", full)
     res = CliRunner().invoke(app, [str(tiny_checkpoint), "-o", str(out_dir / "m.gguf")])
     assert res.exit_code == 1 and "No space left on device" in res.output
+    assert list(out_dir.iterdir()) == []
+
+
+def test_threads_are_bounded(tiny_checkpoint: Path, out_dir: Path) -> None:
+    """A thread count beyond any machine's cores is a usage error, before any work."""
+    res = run_cli(tiny_checkpoint, "-o", out_dir / "m.gguf", "--threads", "100000")
+    assert res.returncode == 2 and "'--threads'" in res.stderr and "512" in res.stderr, res.stderr
     assert list(out_dir.iterdir()) == []

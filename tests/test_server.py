@@ -317,6 +317,31 @@ def test_bad_requests_get_openai_errors(
     assert server.post("/v1/chat/completions", {"messages": QUESTION, "max_tokens": 4})[0] == 200
 
 
+def test_error_messages_say_what_to_fix(server: Server) -> None:
+    """A range refusal reads as the API's (no validator wording); a body sent as a form (`curl -d`
+    without a JSON content type) is told to be JSON."""
+    status, reply = server.post("/v1/chat/completions", {"messages": QUESTION, "coreset_top_p": 0})
+    assert status == 400 and reply["error"]["param"] == "coreset_top_p"
+    assert reply["error"]["message"] == "coreset_top_p must be a number > 0 and <= 1, got 0.0"
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    body = json.dumps({"messages": QUESTION}).encode()
+    status, reply = server.request("POST", "/v1/chat/completions", body, headers=form)
+    assert status == 400
+    assert reply["error"]["message"] == (
+        "the request body must be JSON (Content-Type: application/json, "
+        "not application/x-www-form-urlencoded)"
+    )
+
+
+@pytest.mark.parametrize("field", [{"logit_bias": {"9": -100}}, {"grammar": 'root ::= "a"'}])
+def test_features_the_model_cannot_give_are_refused_by_name(server: Server, field: dict[str, Any]) -> None:
+    """llama-cpp-python's request fields that would change the answer in a way Clover cannot are
+    refused as the API refuses them, not silently ignored."""
+    status, reply = server.post("/v1/chat/completions", {"messages": QUESTION, "max_tokens": 4, **field})
+    assert status == 400, reply
+    assert (reply["error"]["param"], reply["error"]["code"]) == (next(iter(field)), "unsupported_parameter")
+
+
 def test_openai_client_raises_on_errors(server: Server) -> None:
     with pytest.raises(openai.BadRequestError, match="request too long"):
         server.client().completions.create(model="tiny", prompt="clover " * 9000, max_tokens=8)
@@ -412,6 +437,23 @@ def test_serve_help_lists_the_shared_options() -> None:
         "--max-tokens",
     ):
         assert flag in out
+
+
+def test_serve_refuses_an_address_it_cannot_listen_on(llama_gguf: Path) -> None:
+    """A port out of range is a usage error, a port in use one line, both before the model loads."""
+    clover_bin = str(Path(sys.executable).with_name("clover"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for args, code, line in (
+            (["--port", "70000"], 2, "error: --port must be an integer from 1 to 65535, got 70000"),
+            (["--port", str(port)], 1, f"error: cannot listen on 127.0.0.1:{port}: Address already in use"),
+        ):
+            res = subprocess.run(
+                [clover_bin, "serve", str(llama_gguf), *args], capture_output=True, text=True, timeout=60
+            )
+            assert (res.returncode, res.stderr.strip()) == (code, line)
 
 
 def test_follow_up_turn_reuses_the_conversation(server: Server) -> None:

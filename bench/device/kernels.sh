@@ -17,8 +17,8 @@
 #             second call on the still-warm machine, e.g. STAGES=build,gen,passes,wide, picks it up:
 #             the build, the model file and the logs stay in $WORK, the table covers all calls)
 #             gen: the 4-layer Q4_K_M file for `passes` (run.sh's gen + convert, while building);
-#             eval: test-backend-ops `test` of MUL_MAT_ID_SMALL / MUL_MAT_SMALL (the cases of
-#             bench/device/kernels-test-cases.patch) against the CPU, default and wide paths;
+#             eval: test-backend-ops `test` of MUL_MAT_ID_SMALL / MUL_MAT_SMALL / MUL_MAT_ID_SMALL_GLU (the
+#             cases of bench/device/kernels-test-cases.patch) against the CPU, default and wide paths;
 #             perf: the same ops' perf cases at the model's shapes, legacy and default;
 #             passes: bench/device/timing.py (engine passes, no simulations; experts in one dispatch
 #             and in chunks of 8 rows, patch 0008's matrix-vector path), legacy and default;
@@ -28,6 +28,9 @@
 #   JOBS      build jobs (default: all cores);  WORK  scratch (default /tmp/clover-kernels)
 #   LAYERS    layers of the timed file (default 4);  REPS  timing.py repetitions (default 20)
 #   GGML_CUDA, BACKEND  ON, CUDA0 (OFF, CPU: a dry run of the script on a machine without a GPU)
+#   PREBUILT  1: no build; the libraries in LIBDIR (e.g. run.sh's $WORK/site/llama_cpp/lib, from
+#             `prepare.py --prebuilt`) and the test-backend-ops binary TBO (built here against them by
+#             `build_cuda_here.sh --tbo`, carried in .devcarry) are used as they are
 set -u -o pipefail
 T0=$(date +%s)
 REPO=$(pwd)
@@ -72,8 +75,12 @@ fi
 TREE="$WORK/src/llama_cpp_python-0.3.36"
 V="$TREE/vendor/llama.cpp"
 B="$WORK/build"
-TBO="$WORK/test-backend-ops"
-if want build && [ ! -f "$WORK/.built-$SRC_SHA" ]; then
+TBO=${TBO:-$WORK/test-backend-ops}
+LIBDIR=${LIBDIR:-$B/bin}
+if [ -n "${PREBUILT:-}" ]; then
+  [ -x "$TBO" ] && [ -d "$LIBDIR" ] || { log "PREBUILT: no executable TBO=$TBO or no LIBDIR=$LIBDIR"; exit 1; }
+  log "prebuilt: libraries in $LIBDIR, $TBO"
+elif want build && [ ! -f "$WORK/.built-$SRC_SHA" ]; then
   rm -rf "$WORK/src" "$B" "$TBO"; mkdir -p "$WORK/src"
   tar xzf "$SRC_TGZ" -C "$WORK/src"
   if [ ! -f "$V/tests/test-backend-ops.cpp" ]; then
@@ -109,10 +116,14 @@ if want build && [ ! -f "$WORK/.built-$SRC_SHA" ]; then
   rm -rf "$WORK/logs"
   touch "$WORK/.built-$SRC_SHA"
 fi
-[ -f "$WORK/.built-$SRC_SHA" ] || { log "no build for this source: add build to STAGES"; exit 1; }
-# the build compiler's libstdc++ first (the image's /opt/gcc: see run.sh's runtime_check)
-CXX_USED=$(grep -m1 '^CMAKE_CXX_COMPILER:' "$B/CMakeCache.txt" | cut -d= -f2)
-export LD_LIBRARY_PATH="$(dirname "$("$CXX_USED" -print-file-name=libstdc++.so.6)"):$B/bin:${LD_LIBRARY_PATH:-}"
+if [ -n "${PREBUILT:-}" ]; then
+  export LD_LIBRARY_PATH="$LIBDIR:${LD_LIBRARY_PATH:-}"
+else
+  [ -f "$WORK/.built-$SRC_SHA" ] || { log "no build for this source: add build to STAGES"; exit 1; }
+  # the build compiler's libstdc++ first (the image's /opt/gcc: see run.sh's runtime_check)
+  CXX_USED=$(grep -m1 '^CMAKE_CXX_COMPILER:' "$B/CMakeCache.txt" | cut -d= -f2)
+  export LD_LIBRARY_PATH="$(dirname "$("$CXX_USED" -print-file-name=libstdc++.so.6)"):$LIBDIR:${LD_LIBRARY_PATH:-}"
+fi
 
 # ---- test-backend-ops: correctness against the CPU, then per-op timings -------------------------
 LOGS="$WORK/logs"; mkdir -p "$LOGS"  # this build's logs, of every call
@@ -129,7 +140,7 @@ tbo() {  # $1 log name, $2 seconds allowed, then env assignments and test-backen
 }
 if [ -x "$TBO" ]; then
   if want eval; then
-    tbo eval-default 150 GGML_CUDA_CLOVER_LEGACY=0 "$TBO" test -b $BACKEND -o "$OPS"
+    tbo eval-default 200 GGML_CUDA_CLOVER_LEGACY=0 "$TBO" test -b $BACKEND -o "$OPS,MUL_MAT_ID_SMALL_GLU"
     # wide moves only MUL_MAT_SMALL's paths (the MUL_MAT_ID_SMALL cases stay within 64 rows)
     tbo eval-wide 60 "${WIDE[@]}" "$TBO" test -b $BACKEND -o MUL_MAT_SMALL
   fi

@@ -37,7 +37,7 @@ METRICS = (
     *(f"preview_coreset_{n}_ms" for n in (8, 16, 32, 64, 128, 256)),
 )
 # <arch>-<layers>-<quant>[-<variant>]; a variant (e.g. nographs: CUDA graphs off) is fitted on its own
-TAG = re.compile(r"^(?P<arch>clover|qwen35moe)-(?P<layers>\d+)-(?P<quant>[a-z0-9_]+(?:-[a-z]+)?)$")
+TAG = re.compile(r"^(?P<arch>clover|qwen35moe)-(?P<layers>\d+)-(?P<quant>[a-z0-9_]+(?:-[a-z0-9]+)?)$")
 
 
 def _load(path: str) -> dict | None:
@@ -88,6 +88,8 @@ def run_entry(t: dict) -> dict:
         "e2e_tok_s_by_k",
         "spec_tok_s_by_accept",
         "ar_loop_tok_s",
+        "ar_mode",
+        "engine_ar_step_speculative_ms",
         "raw_ar_step_ms",
         "moe_chunk",
         "preview_floor_ms_by_coreset",
@@ -131,7 +133,10 @@ def use_default_chunk(e: dict) -> None:
     default = (e.get("by_moe_chunk") or {}).get(str(DEFAULT_MOE_CHUNK))
     if default:
         e.update({k: v for k, v in default.items() if k != "ar_step_ms"})
-        e["engine_ar_step_ms"], e["moe_chunk"] = default["ar_step_ms"], DEFAULT_MOE_CHUNK
+        # the ar mode's own engine (no speculative snapshots) when the run measured it (timing.py's
+        # ar_mode), else the speculative context's AR step
+        e.setdefault("engine_ar_step_ms", default["ar_step_ms"])
+        e["moe_chunk"] = DEFAULT_MOE_CHUNK
     for n, ms in (e.get("preview_ms_by_coreset") or {}).items():
         e[f"preview_coreset_{n}_ms"] = ms
 
@@ -441,6 +446,15 @@ def goals(d: dict) -> list[str]:
         spec = c.get("spec_tok_s_by_accept") or {}
         for a, goal in (("0", ">= 0.85"), ("1", ">= 1.5"), ("2", ">= 2")):
             items.append(f"speculative a={a} / upstream AR tok/s {ratio(spec.get(a), up_tok, goal)}")
+        ar = c.get("ar_mode") or {}
+        if ar.get("upstream_ar_step_ms"):
+            items += [
+                "interleaved in one process: engine AR step / upstream AR step "
+                f"{ar['engine_ar_step_ratio']:.2f}"
+                f" ({ar['engine_ar_step_ms']:.3f} / {ar['upstream_ar_step_ms']:.3f} ms; with the loop's"
+                f" adjustment entries {ar['engine_ar_step_loop_adjustment_ratio']:.2f})",
+                f"ar loop / upstream AR tok/s {ar['ar_loop_ratio']:.2f} (upstream's step timed around it)",
+            ]
         out += ["", f"Goals at {layers} layers ({d.get('quant')}): " + "; ".join(items) + "."]
     fits = d.get("fits", {})
 

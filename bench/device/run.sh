@@ -23,6 +23,10 @@
 #             kernel and patch 0201, in a native CPU-only ggml build (bench/device/extra_bufts_check.sh)
 #             parity: `clover verify` on CPU (extra buffer types on and off) and GPU, presets
 #             $PARITY_PRESETS (default tiny,small; full-width = its first 4 layers)
+#             ops: test-backend-ops with the cases of kernels-test-cases.patch (compiled while the
+#             build runs, linked to the built libraries): the changed CUDA ops checked against the CPU
+#             (eval), then timed with the 01xx kernels and with GGML_CUDA_CLOVER_LEGACY=1 (perf), by
+#             `PREBUILT=1 kernels.sh` into $OUT/ops ($OPS_STAGES, default eval,perf)
 #   LAYERS    layer counts to time, e.g. "4 8"; the largest is generated and converted, the
 #             others are its first N layers (bench/device/gguf_variant.py)          (default "4 8")
 #   QUANTS    converter outtypes, e.g. "q4_k_m q8_0"                     (default "q4_k_m")
@@ -171,6 +175,19 @@ wait_build() {
   return 1
 }
 
+# ---- test-backend-ops (ops): compiled against ggml's headers while the build runs -------------
+TBO="$WORK/test-backend-ops"
+TBO_PID=""
+if want ops && [ ! -x "$TBO" ]; then
+  T="$WORK/tbo-src"; rm -rf "$T"; mkdir -p "$T"
+  V=llama_cpp_python-0.3.36/vendor/llama.cpp
+  ( tar xzf "$SRC_TGZ" -C "$T" "$V/tests/test-backend-ops.cpp" "$V/ggml/include" \
+      && patch -d "$T/$V" -p1 --forward --batch < bench/device/kernels-test-cases.patch \
+      && ${BUILD_CXX:-g++} -O2 -std=c++17 -pthread -I"$T/$V/ggml/include" -c "$T/$V/tests/test-backend-ops.cpp" \
+           -o "$T/tbo.o" ) > "$WORK/tbo.log" 2>&1 &
+  TBO_PID=$!
+fi
+
 # ---- checkpoint + conversion (while the build runs) ------------------------------------------
 CK="$WORK/ck-$LMAX"
 if want gen; then
@@ -257,7 +274,7 @@ clover_bench() {  # $1 gguf, $2 tag: the runtime's own `clover bench` on the sam
     || { note "clover-bench-$2" "clover bench failed"; rm -f "$WORK/clover-bench-$2.json"; }
 }
 [ -n "${RETIME:-}" ] && rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
-if want baseline || want clover || want parity || want cbench || want nographs || want legacy || want sweep || want profile || want cpumoe; then
+if want baseline || want clover || want parity || want cbench || want nographs || want legacy || want sweep || want profile || want cpumoe || want ops; then
   wait_build || note timings "no CUDA wheel"
 fi
 # The image builds with /opt/gcc (its own GCC), whose libstdc++ need not be the one the dynamic
@@ -291,13 +308,30 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
   [ -n "$FIRST" ] && runtime_check "$FIRST"
   PATCHED=$($PY -c 'from clover_local.llama import capi; print(int(capi.PATCHED))' 2>/dev/null || echo 0)
   log "llama_cpp $($PY -c 'import llama_cpp; print(llama_cpp.__version__)'), Clover C API: $PATCHED"
+  # the changed ops against the CPU first: timings of a wrong kernel would mean nothing
+  if want ops && [ ! -f "$OUT/ops/kernels.json" ]; then
+    if [ -n "$TBO_PID" ]; then wait "$TBO_PID"; TBO_PID=""; fi
+    [ -x "$TBO" ] || ${BUILD_CXX:-g++} -o "$TBO" "$WORK/tbo-src/tbo.o" -L"$SITE/llama_cpp/lib" -lggml -lggml-base \
+        -pthread >> "$WORK/tbo.log" 2>&1
+    if [ ! -x "$TBO" ]; then tail -20 "$WORK/tbo.log" | tee -a "$OUT/run.log"; note ops "test-backend-ops did not build"
+    elif (( $(left) < 120 )); then note ops "too little time left ($(left) s)"
+    else
+      log "ops: test-backend-ops ${OPS_STAGES:-eval,perf}"
+      PREBUILT=1 TBO="$TBO" LIBDIR="$SITE/llama_cpp/lib" STAGES="${OPS_STAGES:-eval,perf}" OUT="$OUT/ops" \
+          WORK="$WORK/ops" BUDGET_S=$(( $(left) - 60 )) bash bench/device/kernels.sh 2>&1 | tail -25 | tee -a "$OUT/run.log"
+    fi
+  fi
   for q in $QUANTS; do
     if want baseline; then
       for f in $(variants "$q" qwen35moe); do time_file "$f" "$(basename "$f" .gguf)"; done
     fi
     if want clover; then
       if [ "$PATCHED" = 1 ]; then
-        for f in $(variants "$q" ""); do time_file "$f" "$(basename "$f" .gguf)"; done
+        for f in $(variants "$q" ""); do
+          # its qwen35moe twin: upstream's AR step interleaved with the ar mode's in one process
+          twin="$WORK/qwen35moe-${f#"$WORK"/clover-}"
+          time_file "$f" "$(basename "$f" .gguf)" $([ -f "$twin" ] && echo --baseline "$twin")
+        done
       else note "clover-$q" "unpatched build: upstream cannot load clover-moe"; fi
     fi
   done

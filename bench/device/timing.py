@@ -322,13 +322,101 @@ def engine_passes(eng, args, rng, adj, mask: int, chunk: int) -> dict:
     return out
 
 
+def interleaved(fns: dict, rounds: int, per_round: int, warmup: int) -> dict:
+    """ms per call of each fn, measured in `rounds` alternating rounds of `per_round` calls (after
+    `warmup` untimed calls of each), so that clock and thermal drift hit every fn alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                fn()
+                samples[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: stats(v) for name, v in samples.items()}
+
+
+def run_ar_mode(path: str, args, rng, res: dict) -> None:
+    """The `ar` mode as a user runs it (`LlamaEngine` without speculative snapshots): its AR step
+    with no adjustment and with the loop's (the mask token's -inf and the stop tokens), interleaved
+    with upstream's plain step on `--baseline` (its qwen35moe twin) in the same process; then the
+    `ar` loop's tok/s and its host split."""
+    from bench.loop_host import host_split
+    from clover_local import loops
+    from clover_local.backend import LogitAdjustment
+    from clover_local.llama.engine import LlamaEngine
+    from clover_local.policy import DecodingSettings, RunningAdjustment
+
+    placement = replace(args.placement, flash_attn="on" if args.flash_attn else "off")
+    eng = LlamaEngine(
+        path, n_ctx=args.n_ctx, n_gpu_layers=args.ngl, n_ubatch=args.n_ubatch,
+        n_threads=args.threads or None, log=True, placement=placement,
+    )  # fmt: skip
+    base = None
+    try:
+        V = eng.vocab_size
+        toks = lambda n: [int(t) for t in rng.integers(0, min(V, 248000), size=n)]  # noqa: E731
+        mask = int(eng._meta("tokenizer.ggml.mask_token_id", "-1"))
+        prompt = toks(args.prefix)
+        identity = LogitAdjustment.identity(V)
+        s = DecodingSettings(
+            mask_token_id=mask,
+            block_size=BLOCK,
+            max_new_tokens=args.sim_tokens,
+            context_limit=args.n_ctx,
+            stop_token_ids=(0,),
+            coreset_enabled=False,
+            coreset_top_p=eng.default_routing.top_p,
+        )
+        loop_adj = RunningAdjustment(s, V, prompt).adjustment()
+        eng.prefill(prompt, identity)
+        fns = {
+            "engine_ar_step_ms": lambda: eng.commit(toks(1), identity),
+            "engine_ar_step_loop_adjustment_ms": lambda: eng.commit(toks(1), loop_adj),
+        }
+        if args.baseline:
+            base = Raw(args.baseline, args.ngl, args.flash_attn, args.n_ctx, args.n_batch, args.n_ubatch,
+                       args.threads or None, args.placement)  # fmt: skip
+            base.decode(toks(args.prefix), "last")
+            fns["upstream_ar_step_ms"] = lambda: base.decode(toks(1), "last")
+        st = interleaved(fns, rounds=max(3, args.reps // 10), per_round=10, warmup=args.warmup)
+        out: dict = {"rounds": st}
+        out.update({name: v["median"] for name, v in st.items()})
+        if "upstream_ar_step_ms" in out:
+            up = out["upstream_ar_step_ms"]
+            out["engine_ar_step_ratio"] = out["engine_ar_step_ms"] / up
+            out["engine_ar_step_loop_adjustment_ratio"] = out["engine_ar_step_loop_adjustment_ms"] / up
+        for name, v in out.items():
+            if name.endswith(("_ms", "_ratio")):
+                log(f"ar mode (interleaved): {name} {v:.3f}")
+        eng.reset()
+        ar = loops.last_result(loops.ar_loop(eng, prompt, s))
+        out["ar_loop_tok_s"] = ar.tokens_per_second
+        if base is not None:  # upstream's step again, right after the loop
+            after = timed(lambda: base.decode(toks(1), "last"), args.reps, args.warmup, base.ctx)["median"]
+            out["upstream_ar_step_after_loop_ms"] = after
+            out["ar_loop_ratio"] = ar.tokens_per_second * (up + after) / 2 / 1e3
+        eng.reset()
+        out["host_split"] = host_split(eng, prompt, s)
+        log(f"ar mode: loop {ar.tokens_per_second:.1f} tok/s; host split {out['host_split']}")
+        res["ar_mode"] = out
+        res["engine_ar_step_ms"] = out["engine_ar_step_ms"]
+        res["ar_loop_tok_s"] = out["ar_loop_tok_s"]
+    finally:
+        eng.close()
+        if base is not None:
+            base.close()
+
+
 def run_engine(path: str, args, rng, res: dict) -> None:
     """The patched engine's passes on a clover-moe file: every pass at each expert-dispatch
     setting, then the labelled simulations through the real loops at the faster setting."""
     skipped = res.setdefault("skipped", {})
     try:
-        from clover_local import loops, simulation
-        from clover_local.backend import LogitAdjustment, Routing
+        from clover_local import simulation
+        from clover_local.backend import LogitAdjustment
         from clover_local.llama import capi
         from clover_local.llama.engine import LlamaEngine
         from clover_local.policy import DecodingSettings
@@ -379,8 +467,9 @@ def run_engine(path: str, args, rng, res: dict) -> None:
         best = "0" if "0" in by_chunk else next(iter(by_chunk))
         res["moe_chunk"] = int(best)
         res.update(by_chunk[best])
-        # the headline AR step stays the plain C API's (run_raw); the engine's is beside it
-        res["engine_ar_step_ms"], res["ar_step_ms"] = res["ar_step_ms"], res["raw_ar_step_ms"]
+        # the headline AR step stays the plain C API's (run_raw); the engine's of this context (with the
+        # speculative mode's recurrent-state snapshots) beside it, the ar mode's own in run_ar_mode
+        res["engine_ar_step_speculative_ms"], res["ar_step_ms"] = res["ar_step_ms"], res["raw_ar_step_ms"]
         res["readback_bytes_per_pass"].update(
             {"preview_rows": BLOCK * 8, "commit_rows": 8, "ar_step_rows": 8, "fused_rows": 2 * BLOCK * 8}
         )
@@ -404,12 +493,9 @@ def run_engine(path: str, args, rng, res: dict) -> None:
             block_size=BLOCK,
             max_new_tokens=args.sim_tokens,
             context_limit=args.n_ctx,
-            routing=Routing(False, eng.default_routing.top_p),
+            coreset_enabled=False,
+            coreset_top_p=eng.default_routing.top_p,
         )
-        t0 = time.perf_counter()
-        ar = loops.last_result(loops.ar_loop(eng, prompt, s))
-        res["ar_loop_tok_s"] = ar.tokens_per_second
-        log(f"ar loop: {ar.tokens_per_second:.1f} tok/s ({time.perf_counter() - t0:.1f} s)")
         res["simulation_label"] = simulation.SIMULATION_LABEL
         if eng.has_diffusion:
             runs = {str(k): simulation.diffusion(eng, prompt, s, k) for k in KS}
@@ -444,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-ubatch", type=int, default=512)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--no-engine", action="store_true", help="plain C API timings only")
-    ap.add_argument("--moe-chunks", default="0,8", help="engine routed-expert chunk settings to time")
+    ap.add_argument("--moe-chunks", default="0", help="engine routed-expert chunk settings to time, e.g. 0,8")
     ap.add_argument("--sim-tokens", type=int, default=256, help="tokens per simulated generation")
     ap.add_argument(
         "--coreset-sizes", default=",".join(map(str, CORESET_SIZES)), help="forced coreset sizes to time"
@@ -458,6 +544,10 @@ def main(argv: list[str] | None = None) -> int:
         help="llama.cpp's --no-op-offload: batches use host weights on the CPU (no copy to the GPU)",
     )
     ap.add_argument("--no-sim", action="store_true", help="no loop simulations (pass timings only)")
+    ap.add_argument(
+        "--baseline",
+        help="upstream's qwen35moe twin of MODEL: its AR step timed interleaved with the ar mode's",
+    )
     ap.add_argument("--label", default="")
     ap.add_argument(
         "--check", action="store_true", help="load, decode 8 tokens, print ok, exit (a smoke test)"
@@ -526,11 +616,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_engine:
         res["skipped"]["engine"] = "--no-engine"
     elif res["model"].get("arch") == "clover-moe":
-        try:
-            run_engine(args.model, args, rng, res)
-        except Exception as e:  # record and go on: the plain timings above stand
-            res["skipped"]["engine_error"] = f"{type(e).__name__}: {e}"
-            log(f"engine timings failed: {e}")
+        for part in (run_engine, run_ar_mode):
+            try:
+                part(args.model, args, rng, res)
+            except Exception as e:  # record and go on: the plain timings above stand
+                res["skipped"][f"{part.__name__}_error"] = f"{type(e).__name__}: {e}"
+                log(f"{part.__name__} failed: {e}")
     else:
         res["skipped"]["engine"] = f"arch {res['model'].get('arch')} (engine timings need clover-moe)"
     res["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

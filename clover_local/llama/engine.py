@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from llama_cpp import llama_cpp as ll
 
 from ..backend import Capabilities, LogitAdjustment, Routing, RowAdjustments, Verification, distribution
+from ..model.decoding_parameters import BY_NAME
 from ..placement import Placement
 from ..prompt_cache import Checkpoint, PromptCache, Reuse
 from ..rpc import RpcError
@@ -148,15 +150,11 @@ class LlamaEngine:
         self.has_diffusion = bool(capi.llama_model_clover_has_diffusion(self.model))
         self.vocab_size = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(self.model))
         self.default_routing = Routing(
-            self._meta("clover-moe.diffusion.coreset_enabled", "true") == "true"
-            if coreset is None
-            else coreset,
-            float(self._meta("clover-moe.diffusion.coreset_top_p", "0.9"))
-            if coreset_top_p is None
-            else coreset_top_p,
+            self._parameter("coreset_enabled") if coreset is None else coreset,
+            self._parameter("coreset_top_p") if coreset_top_p is None else coreset_top_p,
         )
 
-        cparams.n_rs_seq = int(self._meta("clover-moe.diffusion.block_size", "32")) if speculative else 0
+        cparams.n_rs_seq = self._parameter("block_size") if speculative else 0
         if eval_callback is not None:
             # keep the ctypes trampoline alive as long as the context
             self._cb = ll.ggml_backend_sched_eval_callback(
@@ -198,6 +196,14 @@ class LlamaEngine:
         buf = ctypes.create_string_buffer(256)
         n = ll.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
         return buf.value.decode() if n >= 0 else default
+
+    def _parameter(self, name: str) -> Any:
+        """A decoding parameter as the GGUF holds it (its table row's key), else its default."""
+        p = BY_NAME[name]
+        text = self._meta(p.gguf_key, "")
+        if not text:
+            return p.default
+        return text == "true" if p.type is bool else p.type(text)
 
     def close(self) -> None:
         if self.ctx:

@@ -12,8 +12,22 @@ from pathlib import Path
 from typing import Any
 
 from . import json_fields as jf
-from .decoding_parameters import PARAMETERS, DecodingParameters
-from .hparam_limits import DIFFUSION_LIMITS, LLAMA_MAX_LAYERS, MODEL_LIMITS, Limit, check_values
+from .decoding_parameters import (
+    BY_NAME,
+    CONFIG,
+    GENERATION_CONFIG,
+    PARAMETERS,
+    DecodingParameters,
+    Parameter,
+)
+from .hparam_limits import (
+    DIFFUSION_LIMITS,
+    LLAMA_MAX_LAYERS,
+    MODEL_LIMITS,
+    Limit,
+    check_values,
+    rope_sections_violation,
+)
 from .json_fields import ConfigError
 
 ARCHITECTURES = ("CloverMoeModelLM", "CloverMoeForCausalLM")
@@ -24,6 +38,8 @@ CONTEXT_LIMIT = 131072  # model card: prompt and response together [vendor]
 LAYER_TYPES = ("full_attention", "linear_attention")
 # generation_config.json sampling keys the converter writes as general.sampling.*: allowed range
 SAMPLING_EXTRAS = {"top_k": (0, 2**31 - 1), "top_p": (0, 1), "min_p": (0, 1), "temperature": (0, 1e4)}
+# the decoding parameters config.json holds (block size, the previews' coreset): `CloverConfig` fields
+CONFIG_PARAMETERS = tuple(p for p in PARAMETERS if p.config_key is not None)
 
 
 def check_limits(values: Any, limits: tuple[Limit, ...]) -> None:
@@ -61,7 +77,7 @@ class CloverConfig:
     rms_norm_eps: float
     tie_word_embeddings: bool
     max_position_embeddings: int
-    # block diffusion
+    # block diffusion: the mask token, and the decoding parameters of `CONFIG_PARAMETERS`
     mask_token_id: int | None
     block_size: int
     coreset_enabled: bool
@@ -146,11 +162,13 @@ class CloverConfig:
             ),
             max_position_embeddings=jf.get_int(text, "max_position_embeddings", c, CONTEXT_LIMIT),
             mask_token_id=jf.get_opt_int(text, "mask_token_id", c),
-            block_size=jf.get_int(text, "block_size", c, 32),
-            coreset_enabled=jf.get_bool(text, "moe_block_coreset_enabled", c, True),
-            coreset_top_p=jf.get_float(text, "moe_block_coreset_top_p", c, 0.9),
+            **{p.name: p.default for p in CONFIG_PARAMETERS}
+            | _parameters(text, CONFIG, {p.config_key: p for p in CONFIG_PARAMETERS}),
         )
         check_limits(model, MODEL_LIMITS)
+        why = rope_sections_violation(model.mrope_section, model.head_dim)
+        if why:
+            raise ConfigError(f"{c} mrope_section is {list(model.mrope_section)}: {why}")
         return model
 
     def with_overrides(self, **kw: Any) -> CloverConfig:
@@ -159,8 +177,9 @@ class CloverConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class GenerationDefaults(DecodingParameters):
-    """Decoding defaults of `generation_config.json` (the table's defaults where a key is absent),
-    its stop tokens, and its other keys (`extra`: sampling values and the like)."""
+    """Decoding defaults of a checkpoint (`generation_config.json`, and config.json for
+    `CONFIG_PARAMETERS`; the table's defaults where a key is absent) or of a GGUF, the stop tokens,
+    and generation_config.json's other keys (`extra`: sampling values and the like)."""
 
     eos_token_ids: tuple[int, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
@@ -169,13 +188,12 @@ class GenerationDefaults(DecodingParameters):
     def from_dict(cls, gen: dict[str, Any]) -> GenerationDefaults:
         """From `generation_config.json`'s keys, or a GGUF's `clover-moe.diffusion.*` ones (same names),
         each type- and range-checked."""
-        g = "generation_config.json"
+        g = GENERATION_CONFIG
         eos = gen.get("eos_token_id")
         eos_list = {"eos_token_id": [eos] if isinstance(eos, int) else eos or []}
         eos_ids = tuple(jf.get_list(eos_list, "eos_token_id", g, int))
-        known = {p.name: p.default for p in PARAMETERS}
-        kw = {k: jf.coerce(gen[k], like, k, g) for k, like in known.items() if gen.get(k) is not None}
-        extra = {k: v for k, v in gen.items() if k not in known}
+        kw = _parameters(gen, g, BY_NAME)
+        extra = {k: v for k, v in gen.items() if k not in BY_NAME}
         for key, (lo, hi) in SAMPLING_EXTRAS.items():  # written as general.sampling.* keys
             if extra.get(key) is not None and not lo <= jf.get_float(extra, key, g) <= hi:
                 raise ConfigError(f"{g} {key} is {extra[key]}: must be in {lo}..{hi}")
@@ -206,20 +224,29 @@ class CheckpointConfig:
             _read_json(path / "tokenizer_config.json") if (path / "tokenizer_config.json").is_file() else {}
         )
         model = CloverConfig.from_dict(raw)
+        in_both = {p.name: p for p in CONFIG_PARAMETERS if p.generation}  # generation_config.json wins
         model = model.with_overrides(
             mask_token_id=resolve_mask_token_id(raw, gen, tok_cfg),
-            block_size=jf.get_int(gen, "block_size", "generation_config.json", model.block_size),
+            **_parameters(gen, GENERATION_CONFIG, in_both),
         )
         check_limits(model, DIFFUSION_LIMITS)
-        generation = GenerationDefaults.from_dict({**gen, "block_size": model.block_size})
+        config_only = {p.name for p in CONFIG_PARAMETERS if not p.generation}
+        values = {k: v for k, v in gen.items() if k not in config_only}
+        values.update({p.name: getattr(model, p.name) for p in CONFIG_PARAMETERS})
+        generation = GenerationDefaults.from_dict(values)
         if not generation.eos_token_ids and "eos_token_id" in raw:
-            generation = GenerationDefaults.from_dict({**gen, "eos_token_id": raw["eos_token_id"]})
+            generation = GenerationDefaults.from_dict({**values, "eos_token_id": raw["eos_token_id"]})
         ids = [("mask_token_id", model.mask_token_id)]
         ids += [("eos_token_id", i) for i in generation.eos_token_ids]
         for key, tid in ids:
             if tid is not None and not 0 <= tid < model.vocab_size:
                 raise ConfigError(f"{key} {tid} is not a token of the {model.vocab_size}-row vocabulary")
         return cls(model=model, generation=generation, raw=raw)
+
+
+def _parameters(d: dict[str, Any], source: str, by_key: dict[str, Parameter]) -> dict[str, Any]:
+    """The decoding parameters `d` sets (`by_key`: its key -> the table's row), typed, by field name."""
+    return {p.name: jf.coerce(d[k], p.default, k, source) for k, p in by_key.items() if d.get(k) is not None}
 
 
 def resolve_mask_token_id(cfg: dict[str, Any], gen: dict[str, Any], tok_cfg: dict[str, Any]) -> int:

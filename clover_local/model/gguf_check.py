@@ -15,7 +15,7 @@ from typing import Any
 
 from . import gguf_names as gn
 from .gguf_header import Header, HeaderError, StringArray, read_header
-from .hparam_limits import LIMITS, check_values
+from .hparam_limits import LIMITS, ROPE_SECTIONS, check_values, rope_sections_violation
 
 SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
@@ -49,6 +49,11 @@ def check_hparams(name: str, meta: dict[str, Any]) -> None:
     if bad:
         lim, value, why = bad
         raise GGUFError(f"{name}: {lim.key} is {value}: {why}")
+    sections = meta.get(ROPE_SECTIONS)
+    if isinstance(sections, list):
+        why = rope_sections_violation(sections, meta.get(gn.key("attention.key_length")))
+        if why:
+            raise GGUFError(f"{name}: {ROPE_SECTIONS} is {sections}: {why}")
     vocab = meta.get("tokenizer.ggml.tokens")
     for key in (gn.MASK_TOKEN_ID, "tokenizer.ggml.eos_token_id"):
         tid = meta.get(key)

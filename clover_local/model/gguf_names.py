@@ -21,8 +21,7 @@ BLOCK_COUNT = key("block_count")
 RECURRENT_LAYERS = key("attention.recurrent_layers")
 
 # -- block diffusion (absent from --ar-only files); the decoding parameters' keys
-# (`clover-moe.diffusion.<name>`) come from their table, `decoding_parameters`
-DIFFUSION_CORESET_ENABLED = key("diffusion.coreset_enabled")
-DIFFUSION_CORESET_TOP_P = key("diffusion.coreset_top_p")
+# (`clover-moe.diffusion.<name>`, the previews' coreset among them) come from their table,
+# `decoding_parameters`
 DIFFUSION_EOS_TOKEN_IDS = key("diffusion.eos_token_ids")
 MASK_TOKEN_ID = "tokenizer.ggml.mask_token_id"

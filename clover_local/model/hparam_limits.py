@@ -2,166 +2,117 @@
 
 A valid-but-absurd value (`expert_used_count` 0, a negative or NaN norm epsilon, a rotary
 dimension count of 0, a block size of 0) makes llama.cpp abort, hang or divide by zero. The
-converter checks the values it is about to write (naming the `config.json` field) and the runtime
+converter checks the values it is about to write (naming the checkpoint field) and the runtime
 checks the values a GGUF holds (naming the key) before `llama_model_load`, against the same rows,
-so anything the converter writes loads.
+so anything the converter writes loads. The trunk's rows are here; the decoding parameters' come
+from their table (`decoding_parameters`, its range column).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import gguf_names as gn
+from .decoding_parameters import CONFIG, PARAMETERS
+from .ranges import POSITIVE, Range
 
 LLAMA_MAX_LAYERS = 512  # llama-hparams.h
 LLAMA_MAX_EXPERTS = 1024  # llama-hparams.h
-MAX_BLOCK = 512  # a block is one micro-batch of the context (n_ubatch 512)
 MAX_SIZE = 1 << 24  # any width or count far beyond a real model: rejected before allocation
-Bound = float | str  # a number, or the field of another row (`expert_used_count <= expert_count`)
 
 
 @dataclass(frozen=True)
 class Limit:
     """One hyperparameter: its GGUF key, where the converter reads it, and the allowed range.
 
-    `kind` is "int" (an integer in [lo, hi]), "real" (finite, in [lo, hi]) or "positive"
-    (finite, > 0).
+    `low_field` / `high_field` name another row whose value bounds this one
+    (`expert_used_count <= expert_count`), when that value is known.
     """
 
     key: str
     field: str  # CloverConfig / GenerationDefaults attribute
     source: str  # the checkpoint file (and field) it comes from, for messages
-    kind: str
-    lo: Bound = -math.inf
-    hi: Bound = math.inf
+    range: Range
+    low_field: str | None = None
+    high_field: str | None = None
+
+    def bounded(self, bound: Callable[[str], Any]) -> Range:
+        """The range with the other rows' values (`bound(field)`) as its ends, where they are numbers."""
+        r = self.range
+        for end, name in (("low", self.low_field), ("high", self.high_field)):
+            value = bound(name) if name else None
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                r = replace(r, **{end: value})
+        return r
 
 
-_CFG, _GEN = "config.json", "generation_config.json"
+def _int(low: int | None, high: int | None = None) -> Range:
+    return Range(low, high, integer=True)
+
+
+def _trunk(suffix: str, field: str, r: Range, source: str | None = None, **bounds: str) -> Limit:
+    return Limit(gn.key(suffix), field, f"{CONFIG} {source or field}", r, **bounds)
+
 
 MODEL_LIMITS: tuple[Limit, ...] = (
-    Limit(
-        gn.key("block_count"), "num_hidden_layers", f"{_CFG} num_hidden_layers", "int", 1, LLAMA_MAX_LAYERS
-    ),
-    Limit(
-        gn.key("context_length"),
-        "max_position_embeddings",
-        f"{_CFG} max_position_embeddings",
-        "int",
-        1,
-        2**31 - 1,
-    ),
-    Limit(gn.key("embedding_length"), "hidden_size", f"{_CFG} hidden_size", "int", 1, MAX_SIZE),
-    Limit(
-        gn.key("attention.head_count"), "num_attention_heads", f"{_CFG} num_attention_heads", "int", 1, 4096
-    ),
-    Limit(
-        gn.key("attention.head_count_kv"),
-        "num_key_value_heads",
-        f"{_CFG} num_key_value_heads",
-        "int",
-        1,
-        "num_attention_heads",
-    ),
-    Limit(gn.key("attention.key_length"), "head_dim", f"{_CFG} head_dim", "int", 1, 4096),
-    Limit(gn.key("attention.value_length"), "head_dim", f"{_CFG} head_dim", "int", 1, 4096),
-    Limit(gn.key("rope.freq_base"), "rope_theta", f"{_CFG} rope_theta", "positive"),
-    Limit(
-        gn.key("rope.dimension_count"),
+    _trunk("block_count", "num_hidden_layers", _int(1, LLAMA_MAX_LAYERS)),
+    _trunk("context_length", "max_position_embeddings", _int(1, 2**31 - 1)),
+    _trunk("embedding_length", "hidden_size", _int(1, MAX_SIZE)),
+    _trunk("attention.head_count", "num_attention_heads", _int(1, 4096)),
+    _trunk("attention.head_count_kv", "num_key_value_heads", _int(1), high_field="num_attention_heads"),
+    _trunk("attention.key_length", "head_dim", _int(1, 4096)),
+    _trunk("attention.value_length", "head_dim", _int(1, 4096)),
+    _trunk("rope.freq_base", "rope_theta", POSITIVE),
+    _trunk(
+        "rope.dimension_count",
         "rotary_dim",
-        f"{_CFG} partial_rotary_factor x head_dim",
-        "int",
-        2,
-        "head_dim",
+        _int(2),
+        "partial_rotary_factor x head_dim",
+        high_field="head_dim",
     ),
-    Limit(gn.key("attention.layer_norm_rms_epsilon"), "rms_norm_eps", f"{_CFG} rms_norm_eps", "positive"),
-    Limit(gn.key("expert_count"), "num_experts", f"{_CFG} num_experts", "int", 1, LLAMA_MAX_EXPERTS),
-    Limit(
-        gn.key("expert_used_count"),
-        "num_experts_per_tok",
-        f"{_CFG} num_experts_per_tok",
-        "int",
-        1,
-        "num_experts",
-    ),
-    Limit(
-        gn.key("expert_feed_forward_length"),
-        "moe_intermediate_size",
-        f"{_CFG} moe_intermediate_size",
-        "int",
-        1,
-        MAX_SIZE,
-    ),
-    Limit(
-        gn.key("expert_shared_feed_forward_length"),
-        "shared_expert_intermediate_size",
-        f"{_CFG} shared_expert_intermediate_size",
-        "int",
-        1,
-        MAX_SIZE,
-    ),
-    Limit(
-        gn.key("ssm.conv_kernel"), "linear_conv_kernel_dim", f"{_CFG} linear_conv_kernel_dim", "int", 2, 64
-    ),
-    Limit(gn.key("ssm.state_size"), "linear_key_head_dim", f"{_CFG} linear_key_head_dim", "int", 1, 4096),
-    Limit(gn.key("ssm.group_count"), "linear_num_key_heads", f"{_CFG} linear_num_key_heads", "int", 1, 4096),
-    Limit(
-        gn.key("ssm.time_step_rank"),
-        "linear_num_value_heads",
-        f"{_CFG} linear_num_value_heads",
-        "int",
-        "linear_num_key_heads",
-        4096,
-    ),
-    Limit(gn.key("ssm.inner_size"), "value_dim", f"{_CFG} linear value heads x head dim", "int", 1, MAX_SIZE),
-    Limit(
-        gn.key("full_attention_interval"),
-        "full_attention_interval",
-        f"{_CFG} full_attention_interval",
-        "int",
-        1,
-        LLAMA_MAX_LAYERS + 1,
-    ),
+    _trunk("attention.layer_norm_rms_epsilon", "rms_norm_eps", POSITIVE),
+    _trunk("expert_count", "num_experts", _int(1, LLAMA_MAX_EXPERTS)),
+    _trunk("expert_used_count", "num_experts_per_tok", _int(1), high_field="num_experts"),
+    _trunk("expert_feed_forward_length", "moe_intermediate_size", _int(1, MAX_SIZE)),
+    _trunk("expert_shared_feed_forward_length", "shared_expert_intermediate_size", _int(1, MAX_SIZE)),
+    _trunk("ssm.conv_kernel", "linear_conv_kernel_dim", _int(2, 64)),
+    _trunk("ssm.state_size", "linear_key_head_dim", _int(1, 4096)),
+    _trunk("ssm.group_count", "linear_num_key_heads", _int(1, 4096)),
+    _trunk("ssm.time_step_rank", "linear_num_value_heads", _int(1, 4096), low_field="linear_num_key_heads"),
+    _trunk("ssm.inner_size", "value_dim", _int(1, MAX_SIZE), "linear value heads x head dim"),
+    _trunk("full_attention_interval", "full_attention_interval", _int(1, LLAMA_MAX_LAYERS + 1)),
 )
 
-DIFFUSION_LIMITS: tuple[Limit, ...] = (
-    Limit(gn.key("diffusion.block_size"), "block_size", f"{_GEN} block_size", "int", 1, MAX_BLOCK),
-    Limit(gn.key("diffusion.threshold"), "threshold", f"{_GEN} threshold", "real", 0, 1),
-    Limit(gn.key("diffusion.logit_shift"), "logit_shift", f"{_GEN} logit_shift", "int", 0, 1),
-    Limit(gn.DIFFUSION_CORESET_TOP_P, "coreset_top_p", f"{_CFG} moe_block_coreset_top_p", "real", 0, 1),
-    Limit(
-        gn.key("diffusion.max_new_tokens"), "max_new_tokens", f"{_GEN} max_new_tokens", "int", 1, 2**31 - 1
-    ),
-    Limit(gn.key("diffusion.presence_penalty"), "presence_penalty", f"{_GEN} presence_penalty", "real"),
-    Limit(gn.key("diffusion.frequency_penalty"), "frequency_penalty", f"{_GEN} frequency_penalty", "real"),
-    Limit(
-        gn.key("diffusion.repetition_penalty"), "repetition_penalty", f"{_GEN} repetition_penalty", "positive"
-    ),
-    Limit(gn.key("diffusion.stop_ramp_start"), "stop_ramp_start", f"{_GEN} stop_ramp_start", "real", 0, 1),
-    Limit(gn.key("diffusion.stop_ramp_max"), "stop_ramp_max", f"{_GEN} stop_ramp_max", "real"),
-    Limit(gn.key("diffusion.think_ramp_start"), "think_ramp_start", f"{_GEN} think_ramp_start", "real", 0, 1),
-    Limit(gn.key("diffusion.think_ramp_max"), "think_ramp_max", f"{_GEN} think_ramp_max", "real"),
+DIFFUSION_LIMITS: tuple[Limit, ...] = tuple(
+    Limit(p.gguf_key, p.name, p.source, p.range) for p in PARAMETERS if p.range is not None
 )
 
 LIMITS = MODEL_LIMITS + DIFFUSION_LIMITS
 
 
+ROPE_SECTIONS = gn.key("rope.dimension_sections")
+_INT = Range(integer=True)
+
+
+def rope_sections_violation(sections: Sequence[Any], head_dim: Any) -> str | None:
+    """Why the rotary sections (config.json's `mrope_section`) are outside what ggml's multi-section
+    rope runs, or None: up to 4 counts >= 0, one of the first three > 0 and their sum at most the
+    head dimension (else `GGML_ASSERT(sections[0] > 0 || ...)` / `(sect_dims <= ne0)` abort)."""
+    if len(sections) > 4 or not all(_INT.allows(s) and s >= 0 for s in sections):
+        return "must be up to 4 integers >= 0"
+    if not any(sections[:3]):
+        return "must have one of its first three sections > 0"
+    if _INT.allows(head_dim) and sum(sections) > head_dim:
+        return f"must add up to at most the head dimension, {head_dim}"
+    return None
+
+
 def violation(limit: Limit, value: Any, bound: Callable[[str], Any]) -> str | None:
     """Why `value` is outside `limit` ("must be ..."), or None; `bound` reads another row's value."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "must be a number"
-    if not math.isfinite(value):
-        return "must be finite"
-    if limit.kind == "positive":
-        return None if value > 0 else "must be > 0"
-    if limit.kind == "int" and not float(value).is_integer():
-        return "must be an integer"
-    lo, hi = (bound(b) if isinstance(b, str) else b for b in (limit.lo, limit.hi))
-    if isinstance(lo, int | float) and isinstance(hi, int | float) and not lo <= value <= hi:
-        return f"must be in {_num(lo)}..{_num(hi)}"
-    return None
+    r = limit.bounded(bound)
+    return None if r.allows(value) else f"must be {r.describe()}"
 
 
 def check_values(
@@ -184,7 +135,3 @@ def check_values(
             if why:
                 return lim, values[name], why
     return None
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(x)

@@ -29,7 +29,8 @@ from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
-from ..api import Clover
+from ..api import Clover, check_token_ids
+from ..limits import OptionError
 from ..policy import RequestTooLong
 from ..rpc import RpcError
 from .schemas import ChatCompletionRequest, CompletionRequest, RequestBase, UnsupportedField
@@ -113,7 +114,7 @@ def create_app(clover: Clover, config: ServerConfig) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, e: RequestValidationError) -> JSONResponse:
-        return invalid_request(e).response()
+        return invalid_request(e, request.headers.get("content-type")).response()
 
     async def authorize(request: Request) -> None:
         if config.api_key is None:
@@ -151,9 +152,11 @@ def create_app(clover: Clover, config: ServerConfig) -> FastAPI:
     @app.post("/v1/completions", dependencies=[Depends(authorize)])
     async def completions(body: CompletionRequest, request: Request) -> Response:
         kwargs = checked(body)
-        vocab = clover.tokenizer.vocab_size
-        if isinstance(body.prompt, list) and not all(0 <= t < vocab for t in body.prompt):
-            raise APIError(400, f"prompt: token ids must lie in [0, {vocab})", param="prompt")
+        if isinstance(body.prompt, list):
+            try:
+                check_token_ids(body.prompt, clover.backend.vocab_size)  # before queuing
+            except ValueError as e:
+                raise APIError(400, str(e), param="prompt") from e
 
         def start(on_event):  # runs on the worker thread
             return clover.create_completion(
@@ -256,13 +259,24 @@ def to_json(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def invalid_request(e: RequestValidationError) -> APIError:
-    """The first validation error as one line, with the field it concerns as `param`."""
+def invalid_request(e: RequestValidationError, content_type: str | None = None) -> APIError:
+    """The first validation error as one line, with the field it concerns as `param`.
+
+    A body sent as another content type than JSON (`curl -d` sends a form) is not read as JSON:
+    the message says so, rather than that the body is no object. A range refusal (`limits`)
+    already names its field."""
     first = e.errors()[0]
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     if first.get("type") == "json_invalid":
         return APIError(400, f"malformed JSON in the request body: {first.get('msg')}")
     param = ".".join(loc) or None
+    if param is None and content_type and "json" not in content_type.lower():
+        return APIError(
+            400, f"the request body must be JSON (Content-Type: application/json, not {content_type})"
+        )
+    error = first.get("ctx", {}).get("error")
+    if isinstance(error, OptionError):
+        return APIError(400, str(error), param=param)
     return APIError(400, f"{param or 'request body'}: {first.get('msg')}", param=param)
 
 

@@ -1,19 +1,21 @@
 """Request bodies of the server: OpenAI's fields, as llama-cpp-python's server takes them, plus
-Clover's own decoding settings as extra fields.
+Clover's own decoding settings as extra fields (the decoding parameters' table, by request name).
 
 Unknown fields are ignored (apps send many: `user`, `metadata`, ...), but a known field of the
-wrong type or out of range is a 400, and so is an OpenAI feature this model cannot give (several
-choices, tools, log probabilities) rather than an answer that silently lacks it.
+wrong type or out of range is a 400, and so is an OpenAI or llama-cpp-python feature this model
+cannot give (several choices, tools, log probabilities, `logit_bias`, grammars: the API's
+`REQUEST_ARGS_REFUSED`) rather than an answer that silently lacks it.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
 
 from .. import limits
-from ..api import Mode
+from ..api import DECODING_OVERRIDES, Mode, refusal
+from ..model.decoding_parameters import BY_REQUEST_NAME
 
 
 class UnsupportedField(ValueError):
@@ -24,23 +26,15 @@ class UnsupportedField(ValueError):
         self.param = param
 
 
-class CloverSettings(BaseModel):
-    """Clover's decoding controls (None: the server's `clover serve` option, else the model's)."""
+class Controls(BaseModel):
+    """The request's mode and denoise events, and the range check of every field. Fields it does
+    not declare are kept aside (`model_extra`), for `RequestBase.check_supported`."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")
 
     mode: Mode | None = Field(
         None, description="diffusion or ar on any server; speculative when started with --mode speculative"
     )
-    block_size: int | None = None
-    threshold: float | None = None
-    coreset: bool | None = None
-    coreset_top_p: float | None = None
-    repeat_penalty: float | None = None
-    stop_ramp_start: float | None = None
-    stop_ramp_max: float | None = None
-    think_ramp_start: float | None = None
-    think_ramp_max: float | None = None
     denoise: bool = Field(False, description="stream: add a `clover.pass` event per decoding pass")
 
     @field_validator("*")
@@ -53,26 +47,20 @@ class CloverSettings(BaseModel):
         return value
 
 
-# the request fields handed to `Clover.create_*_completion` under the same names
-FORWARDED = (
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stop",
-    "seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "block_size",
-    "threshold",
-    "coreset",
-    "coreset_top_p",
-    "repeat_penalty",
-    "stop_ramp_start",
-    "stop_ramp_max",
-    "think_ramp_start",
-    "think_ramp_max",
+# the decoding parameters a request may set, as fields (None: the server's `clover serve` option,
+# else the model's); `max_tokens` is OpenAI's field, declared with the others below
+CloverSettings = create_model(
+    "CloverSettings",
+    __base__=Controls,
+    __doc__="Clover's decoding controls: the mode, denoise events and the decoding parameters.",
+    **{
+        name: (BY_REQUEST_NAME[name].type | None, Field(None, description=BY_REQUEST_NAME[name].help))
+        for name in DECODING_OVERRIDES
+    },
 )
+
+# the request fields handed to `Clover.create_*_completion` under the same names
+FORWARDED = ("max_tokens", "temperature", "top_p", "top_k", "stop", "seed", *DECODING_OVERRIDES)
 
 
 class StreamOptions(BaseModel):
@@ -92,14 +80,16 @@ class RequestBase(CloverSettings):
     stream: bool = False
     stream_options: StreamOptions | None = None
     seed: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
     n: int = Field(1, ge=1)
     user: str | None = None
 
     def check_supported(self) -> None:
         if self.n != 1:
             raise UnsupportedField("n", "only n=1 is supported: one choice per request")
+        for name, value in (self.model_extra or {}).items():
+            why = refusal(name, value)
+            if why:
+                raise UnsupportedField(name, why)
 
     def clover_kwargs(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """Keyword arguments of `Clover.create_*_completion`: the server's defaults, then what this

@@ -34,6 +34,7 @@ import numpy as np
 
 from clover_local.model.checkpoint import canonical_name
 from clover_local.model.config import CONTEXT_LIMIT, CloverConfig
+from clover_local.model.decoding_parameters import PARAMETERS
 from clover_local.model.tensors import expected_shapes
 
 from .safetensors_writer import chunked, write_sharded
@@ -114,13 +115,11 @@ PRESETS: dict[str, Preset] = {
     ),
 }
 
+# generation_config.json: every parameter it holds, at the table's defaults but for a longer budget
+# and ramps switched on (so that the tests exercise them)
 GENERATION_DEFAULTS: dict[str, Any] = {
-    "threshold": 0.95,
-    "block_size": 32,
+    **{p.name: p.default for p in PARAMETERS if p.generation},
     "max_new_tokens": 4096,
-    "presence_penalty": 0.0,
-    "frequency_penalty": 0.0,
-    "repetition_penalty": 1.0,
     "stop_ramp_start": 0.75,
     "stop_ramp_max": 4.0,
     "think_ramp_start": 0.5,
@@ -176,11 +175,10 @@ def config_json(p: Preset, v: Vocabulary) -> dict[str, Any]:
         "eos_token_id": v.added["<|im_end|>"],
         "pad_token_id": v.added["<|endoftext|>"],
         "bos_token_id": None,
-        # block diffusion [ours: key names except moe_block_coreset_*]
-        "block_size": 32,
+        # block diffusion [ours: key names except moe_block_coreset_*]: the mask, and the decoding
+        # parameters config.json holds, at their defaults
         "mask_token_id": v.added["<|mask|>"],
-        "moe_block_coreset_enabled": True,
-        "moe_block_coreset_top_p": 0.9,
+        **{p.config_key: p.default for p in PARAMETERS if p.config_key is not None},
     }
 
 

@@ -844,9 +844,12 @@ def rpc_server(
     puts layers on them as on local GPUs; one client at a time. RPC has no authentication and no
     encryption: whoever reaches the port uses the devices, so listen on a trusted network only.
     """
-    from .rpc_server import default_threads, serve
+    from .rpc_server import check_address, default_threads, serve
 
     names = [n for n in (device or "").split(",") if n]
+    with user_errors():
+        check_address(host, port)
+    check_listen(host, port)
     with user_errors():
         try:
             serve(

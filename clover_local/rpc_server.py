@@ -11,7 +11,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -48,20 +47,13 @@ def choose_devices(names: Sequence[str]) -> list[tuple[str, int]]:
 
 
 def check_address(host: str, port: int) -> None:
-    """The address ggml's server can listen on (an IPv4 address: it binds with `inet_addr`), and
-    free: a port another server holds fails here with its reason, not later without one."""
+    """An address ggml's server can take: an IPv4 address (it binds with `inet_addr`), a port."""
     try:
         ipaddress.IPv4Address(host)
     except ValueError:
         raise ValueError(f"--host {host!r}: an IPv4 address (0.0.0.0: every interface)") from None
     if not 0 < port < 65536:
         raise ValueError(f"--port {port}: 1 to 65535")
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ggml's server socket
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise RpcError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
 def warnings(host: str) -> list[str]:
@@ -81,7 +73,8 @@ def serve(
     warn: Callable[[str], None],
 ) -> None:
     """Serve until the process is stopped; `say` gets the line telling it listens, `warn` the
-    warnings. Raises `RpcError` when it cannot listen or stops accepting."""
+    warnings. Raises `RpcError` when it stops accepting (a port already taken is the caller's to
+    check first: ggml's server only says it failed)."""
     from .llama import rpc
 
     rpc.require()

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .guard import ClosedError
+from .rpc import RpcError
 
 if TYPE_CHECKING:
     from .api import Clover
 
 __version__ = "0.1.0"
-__all__ = ["ClosedError", "Clover", "__version__"]
+__all__ = ["ClosedError", "Clover", "RpcError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

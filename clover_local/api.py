@@ -208,13 +208,17 @@ class Clover:
         n_cpu_moe: int = 0,
         override_tensor: str | Sequence[str] = (),
         op_offload: bool = True,
+        rpc_servers: str | Sequence[str] | None = None,
         on_memory: Callable[[MemoryEstimate], None] | None = None,
         **llama_args: Any,
     ):
         """llama-cpp-python's `Llama` arguments where they exist (`flash_attn`, `use_mmap`,
         `use_mlock`, `type_k`/`type_v`: a ggml type id or name such as "q8_0", `op_offload`), and
         llama.cpp's placement options (`cpu_moe`, `n_cpu_moe`, `override_tensor`: "PATTERN=BUFFER"
-        entries; `flash_attn` also takes "on"/"off"/"auto"). Before loading, the memory the model
+        entries; `flash_attn` also takes "on"/"off"/"auto"), and `rpc_servers` as `Llama`'s: "HOST:PORT"
+        endpoints, comma-separated (or a sequence), of `clover rpc-server`s whose devices take layers
+        before the local GPUs (`n_gpu_layers` of them in all); a server that does not answer, or is
+        lost later, raises `RpcError` (a `ConnectionError`). Before loading, the memory the model
         needs per device is estimated (`self.memory`) and handed to `on_memory` (printed to stderr
         when `verbose`); a model that cannot fit raises `MemoryFitError` naming the options that
         would make it fit, instead of failing inside llama.cpp. `mode` None: `default_mode`.
@@ -238,6 +242,7 @@ class Clover:
             if isinstance(override_tensor, str)
             else tuple(override_tensor),
             op_offload=op_offload,
+            rpc_servers=rpc_servers,
         )
         mode = mode or default_mode(placement)
         header = read_header(model_path)  # read once: the metadata and the memory estimate
@@ -688,7 +693,7 @@ LLAMA_ARGS_WITHOUT_EFFECT = frozenset(
     "rope_scaling_type pooling_type rope_freq_base rope_freq_scale yarn_ext_factor yarn_attn_factor "
     "yarn_beta_fast yarn_beta_slow yarn_orig_ctx logits_all embedding offload_kqv swa_full no_perf "
     "last_n_tokens_size lora_base lora_scale lora_path numa chat_format chat_handler draft_model "
-    "tokenizer spm_infill rpc_servers".split()
+    "tokenizer spm_infill".split()
 )
 # the decoding overrides a request may carry (`Clover.decoding_settings`): the table's request
 # names, but `max_tokens`, an argument of its own as in llama-cpp-python

@@ -1,4 +1,4 @@
-"""The `clover` command line: chat, generate, serve, bench, convert, info, verify.
+"""The `clover` command line: chat, generate, serve, bench, convert, info, verify, rpc-server.
 
 Every command reports bad input as one `error:` line with a hint on stderr and a non-zero exit
 (1 for bad input, 2 for usage, 130 after Ctrl-C); `--debug` shows the traceback instead.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 import socket
 import sys
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ from .model.decoding_parameters import PARAMETERS
 from .model.gguf_info import ModelFileError, read_header, read_info
 from .model.tokenizer import ChatTemplateError
 from .placement import CACHE_TYPES, Placement
+from .rpc import DEFAULT_PORT, RpcError
 from .speculative import SpeculativeSettings
 from .visual import BlockView
 
@@ -236,6 +238,15 @@ PLACEMENT_OPTIONS = [
         "--no-op-offload",
         help="Batches use the weights kept in system RAM on the CPU, instead of copying them to the GPU.",
     ),
+    _option(
+        "rpc",
+        str | None,
+        None,
+        "--rpc",
+        help="HOST:PORT[,...]: RPC servers (clover rpc-server) whose devices take layers before the "
+        "local GPUs (-ngl counts them all). No authentication: trusted networks only.",
+        metavar="HOST:PORT,...",
+    ),
 ]
 
 
@@ -249,6 +260,7 @@ def placement_kwargs(
     no_mmap: bool = False,
     mlock: bool = False,
     no_op_offload: bool = False,
+    rpc: str | None = None,
 ) -> dict[str, Any]:
     """The placement options as `Clover(...)` keyword arguments (llama-cpp-python's names)."""
     return {
@@ -261,6 +273,7 @@ def placement_kwargs(
         "use_mmap": not no_mmap,
         "use_mlock": mlock,
         "op_offload": not no_op_offload,
+        "rpc_servers": rpc,
     }
 
 
@@ -496,6 +509,8 @@ def user_errors() -> Iterator[None]:
         yield
     except (ModelFileError, ConfigError, ChatTemplateError, ValueError, FileNotFoundError) as e:
         fail(str(e))
+    except RpcError as e:
+        fail(str(e))
     except EngineError as e:
         hint = f" (out of memory? try {OOM_OPTIONS})"
         fail(str(e) + (hint if str(e).startswith("could not") else ""))
@@ -562,6 +577,9 @@ def loaded_line(clover: Clover, loading: dict[str, Any]) -> str:
 
         gpu = ll.llama_supports_gpu_offload() and loading["n_gpu_layers"] != 0
         backend = "llama.cpp " + ("GPU" if gpu else "CPU")
+        servers = clover.backend.placement.rpc_servers
+        if servers and loading["n_gpu_layers"] != 0:
+            backend += " + RPC " + ", ".join(servers)
     kind = f", {clover.file_type}" if clover.file_type else ""
     return f"{Path(clover.model_path).name}{kind}, context {clover.n_ctx()}, {backend}, {clover.mode} mode"
 
@@ -816,6 +834,55 @@ def bench(
                 f"  speculative, {a} accepted/iteration", f"{v:.1f} tok/s ({v / sim['ar_tok_s']:.2f}x ar)"
             )
     out.print(t)
+
+
+@app.command("rpc-server")
+def rpc_server(
+    host: Annotated[
+        str, typer.Option("--host", "-H", help="IPv4 address to listen on (0.0.0.0: every interface).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", "-p", help="Port to listen on.")] = DEFAULT_PORT,
+    threads: Annotated[
+        int | None, typer.Option("--threads", "-t", help="CPU device threads (default: half the cores).")
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            "--device",
+            "-d",
+            help="DEV[,...]: devices to serve (CPU, CUDA0, ...; default: every GPU, else the CPU).",
+        ),
+    ] = None,
+) -> None:
+    """Serve this machine's devices to other machines' --rpc over ggml's RPC protocol, until Ctrl-C.
+
+    A client (clover chat/generate/serve/bench/verify --rpc HOST:PORT, or Clover(rpc_servers=...))
+    puts layers on them as on local GPUs; one client at a time. RPC has no authentication and no
+    encryption: whoever reaches the port uses the devices, so listen on a trusted network only.
+    """
+    from .rpc_server import check_address, default_threads, serve
+
+    names = [n for n in (device or "").split(",") if n]
+    with user_errors():
+        check_address(host, port)
+    check_listen(host, port)
+    with user_errors():
+        try:
+            serve(
+                host,
+                port,
+                default_threads() if threads is None else threads,
+                names,
+                say=lambda line: err.print(line, highlight=False, soft_wrap=True),
+                warn=lambda line: err.print(
+                    f"[yellow]warning:[/yellow] {line}", highlight=False, soft_wrap=True
+                ),
+            )
+        except KeyboardInterrupt:
+            # the server loop never returns: end the process without running its static destructors
+            err.print("stopped", style="yellow")
+            sys.stdout.flush()
+            os._exit(130)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ CPU; layer il on the GPU iff il >= n_layer + 1 - n_gpu_layers, the output head i
 (padded to 256 cells, as llama.cpp pads it) in the cache types. Recurrent state: every GDN layer's
 conv and delta-rule state, times 1 + n_rs_seq (the speculative mode's snapshots). Compute
 buffers: what llama.cpp itself reserves for these parameters, measured with `no_alloc`.
-Free memory: llama.cpp's device API for GPUs, `MemAvailable` of /proc/meminfo for the CPU.
+Free memory: llama.cpp's device API for GPUs and RPC servers' devices (each server's own answer),
+`MemAvailable` of /proc/meminfo for the CPU.
 """
 
 from __future__ import annotations
@@ -313,7 +314,7 @@ def plan(
     if unavailable() is None:
         from .llama.placement import Params, compute_buffers, devices
 
-        gpus = [(d.name, d.free) for d in devices() if d.offload]
+        gpus = [(d.name, d.free) for d in devices(placement.rpc_servers) if d.offload]
         params = Params(placement, n_gpu_layers, n_ctx, n_ubatch, n_rs_seq=snapshots)
         compute = compute_buffers(path, params) or None
     return estimate(shape, placement, n_gpu_layers, n_ctx, snapshots, gpus, ram_available(), compute)

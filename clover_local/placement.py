@@ -4,8 +4,9 @@ The names and meanings are llama.cpp's own (`common/arg.cpp` of the pinned tree)
 line that works with `llama-cli` works here: `--cpu-moe` keeps every routed-expert tensor in
 system RAM, `--n-cpu-moe N` those of the first N layers, `-ot PATTERN=BUFFER` any tensor whose
 name the regex matches (first matching rule wins, user rules first), `-fa on|off|auto`, the K and
-V cache types, `--no-mmap`, `--mlock` and `--no-op-offload` (batches use host-resident weights on
-the CPU instead of copying them to the GPU for each batch). `Placement` only holds and checks the choices; the
+V cache types, `--no-mmap`, `--mlock`, `--no-op-offload` (batches use host-resident weights on
+the CPU instead of copying them to the GPU for each batch) and `--rpc` (RPC servers whose devices
+take layers as local GPUs do). `Placement` only holds and checks the choices; the
 llama.cpp side (`clover_local.llama.placement`) turns them into model and context parameters.
 """
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Literal
+
+from .rpc import parse_servers
 
 FlashAttn = Literal["on", "off", "auto"]
 FLASH_ATTN = ("on", "off", "auto")
@@ -37,6 +40,7 @@ class Placement:
 
     `override_tensor` entries are `PATTERN=BUFFER` (one string or several; a comma-separated list
     is split, as llama.cpp does); BUFFER is a buffer type name such as `CPU` or `CUDA0`.
+    `rpc_servers`: `HOST:PORT` endpoints (one comma-separated string or several).
     """
 
     cpu_moe: bool = False
@@ -48,11 +52,16 @@ class Placement:
     use_mmap: bool = True
     use_mlock: bool = False
     op_offload: bool = True
+    rpc_servers: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
         entries = (self.override_tensor,) if isinstance(self.override_tensor, str) else self.override_tensor
         split = tuple(p for entry in entries for p in entry.split(",") if p)
         object.__setattr__(self, "override_tensor", split)
+        try:
+            object.__setattr__(self, "rpc_servers", parse_servers(self.rpc_servers))
+        except ValueError as e:
+            raise PlacementError(str(e)) from None
         if self.n_cpu_moe < 0:
             raise PlacementError(f"--n-cpu-moe must be >= 0, got {self.n_cpu_moe}")
         if self.flash_attn not in FLASH_ATTN:
@@ -122,6 +131,7 @@ class Placement:
         out += [f"-ctk {self.cache_type_k}"] * (self.cache_type_k != "f16")
         out += [f"-ctv {self.cache_type_v}"] * (self.cache_type_v != "f16")
         out += ["--no-mmap"] * (not self.use_mmap) + ["--mlock"] * self.use_mlock
+        out += [f"--rpc {','.join(self.rpc_servers)}"] * bool(self.rpc_servers)
         return out + ["--no-op-offload"] * (not self.op_offload)
 
 

@@ -7,9 +7,10 @@ The pinned sdist comes from PyPI through `clover_patches.source` (`source.py` he
 numbered `*.patch` files of this directory are applied in order to its `vendor/llama.cpp`, the
 version becomes `0.3.36+clover.N` (N: patches in the series) and `pip wheel` builds it. Wheels
 are cached under `build/wheels/<key>/`, key = (sdist sha256, series sha256, CMAKE_ARGS,
-platform), so a second run reuses the wheel. `CMAKE_ARGS` from the environment is passed
-through; `--cuda` adds `-DGGML_CUDA=on` (architectures from `CMAKE_CUDA_ARCHITECTURES`). `--dev`
-keeps one patched tree and one CMake build dir under `build/llama-dev/` for incremental rebuilds.
+platform), so a second run reuses the wheel. Every build has ggml's RPC backend
+(`-DGGML_RPC=ON`); `CMAKE_ARGS` from the environment is passed through; `--cuda` adds
+`-DGGML_CUDA=on` (architectures from `CMAKE_CUDA_ARCHITECTURES`). `--dev` keeps one patched tree
+and one CMake build dir under `build/llama-dev/` for incremental rebuilds.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ LEAN_ARGS = (
     "-DLLAVA_BUILD=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF "
     "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF"
 )
+# every build carries ggml's RPC backend (libggml-rpc: client and server), CPU and CUDA alike:
+# `clover rpc-server` and `--rpc` call it through its C API, no rpc-server binary needed
+RPC_ARGS = "-DGGML_RPC=ON"
 
 
 class BuildError(RuntimeError):
@@ -63,8 +67,9 @@ def version(patches: list[Path]) -> str:
 
 
 def cmake_args(cuda: bool, env: dict[str, str]) -> str:
-    """CMAKE_ARGS for the build: the lean options, the caller's CMAKE_ARGS, CUDA when asked."""
-    args = [LEAN_ARGS, env.get("CMAKE_ARGS", "").strip()]
+    """CMAKE_ARGS for the build: the lean options, the RPC backend, the caller's CMAKE_ARGS, CUDA
+    when asked."""
+    args = [LEAN_ARGS, RPC_ARGS, env.get("CMAKE_ARGS", "").strip()]
     if cuda:
         args.append("-DGGML_CUDA=on")
         if env.get("CMAKE_CUDA_ARCHITECTURES"):

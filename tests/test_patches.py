@@ -30,7 +30,8 @@ def pristine(tmp_path_factory) -> Path:
 
 
 def test_series_is_numbered_and_in_format_patch_style():
-    # groups: 00xx the model (llama.cpp's src/), 01xx ggml-cuda kernels, 02xx ggml-cpu fixes; each 1..n
+    # groups: 00xx the model (llama.cpp's src/), 01xx ggml-cuda kernels, 02xx ggml-cpu fixes, 03xx ggml-rpc;
+    # each 1..n
     patches = build.series()
     groups: dict[int, list[Path]] = {}
     for p in patches:
@@ -53,6 +54,18 @@ def test_kernel_patches_touch_only_ggml_cuda():
                 if line.startswith("diff --git ")
             ]
             assert files and all(f.startswith("ggml/src/ggml-cuda/") for f in files), p.name
+
+
+def test_rpc_patches_touch_only_ggml_rpc():
+    rpc = [p for p in build.series() if p.name.startswith("03")]
+    assert rpc
+    for p in rpc:
+        files = [
+            line.split(" b/", 1)[1] for line in p.read_text().splitlines() if line.startswith("diff --git ")
+        ]
+        assert files and all(
+            f.startswith("ggml/src/ggml-rpc/") or f == "ggml/include/ggml-rpc.h" for f in files
+        ), p.name
 
 
 def test_each_patch_applies_in_order_to_the_pristine_tree(pristine):
@@ -82,7 +95,7 @@ def test_version_label_counts_the_series(tmp_path):
     assert '__version__ = "0.3.36+clover.7"' in init.read_text()
 
 
-def test_cmake_args_are_lean_pass_through_and_switch_cuda():
+def test_cmake_args_are_lean_with_rpc_pass_through_and_switch_cuda():
     args = build.cmake_args(False, {"CMAKE_ARGS": "-DGGML_NATIVE=OFF"})
     assert (
         "-DLLAMA_BUILD_EXAMPLES=OFF" in args
@@ -92,6 +105,7 @@ def test_cmake_args_are_lean_pass_through_and_switch_cuda():
     assert "GGML_CUDA" not in args
     cuda = build.cmake_args(True, {"CMAKE_CUDA_ARCHITECTURES": "90"})
     assert "-DGGML_CUDA=on" in cuda and "-DCMAKE_CUDA_ARCHITECTURES=90" in cuda
+    assert "-DGGML_RPC=ON" in args and "-DGGML_RPC=ON" in cuda  # every build serves and uses RPC
 
 
 def test_cache_key_depends_on_sdist_series_and_cmake_args():

@@ -136,13 +136,13 @@ if want build; then
     rm -rf "$WORK/src" "$WORK/wheel" "$SITE"; mkdir -p "$WORK/src" "$WORK/wheel"
     tar xzf "$SRC_TGZ" -C "$WORK/src"
     TREE=$(ls -d "$WORK"/src/llama_cpp_python-*)
-    # the same lean options patches/build.py uses, plus CUDA for sm_90 with CUDA graphs
+    # the same lean options (and the RPC backend) patches/build.py uses, plus CUDA for sm_90 with CUDA graphs
     CMAKE_ARGS_USED=$($PY -c "
 import sys; sys.path.insert(0, 'patches')
 try:
     import build; print(build.cmake_args(True, {'CMAKE_CUDA_ARCHITECTURES': '90'}))
 except Exception:
-    print('-DLLAVA_BUILD=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90')
+    print('-DLLAVA_BUILD=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DGGML_RPC=ON -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90')
 ")" -DGGML_CUDA_GRAPHS=ON -DGGML_NATIVE=ON"
     # BUILD_CXX=/usr/bin/g++ (and BUILD_CC) build with another host compiler than the image's default
     [ -n "${BUILD_CC:-}" ] && CMAKE_ARGS_USED+=" -DCMAKE_C_COMPILER=$BUILD_CC"

@@ -36,7 +36,8 @@ from ..backend import (
 from ..model.decoding_parameters import BY_NAME
 from ..placement import Placement
 from ..prompt_cache import Checkpoint, PromptCache, Reuse
-from . import capi
+from ..rpc import RpcError
+from . import capi, rpc
 from .placement import Params
 
 GGML_LOG_LEVEL_ERROR = 4
@@ -112,7 +113,9 @@ class LlamaEngine:
     repacked AMX / CPU_REPACK layouts (llama.cpp's `use_extra_bufts`, on by default: the faster
     matmuls; off: the reference path to compare against);
     `eval_callback` is llama.cpp's `cb_eval`, called for every graph node (tests inspect ops and
-    intermediates). llama.cpp's log is dropped except error lines, which end up in `EngineError`
+    intermediates). With RPC servers in the placement, a server lost during loading or a pass
+    raises `RpcError` (what the pass read from it is not used) and so does every later pass.
+    llama.cpp's log is dropped except error lines, which end up in `EngineError`
     messages; `log=True` leaves it on stderr and installs no Python log callback.
     """
 
@@ -149,9 +152,10 @@ class LlamaEngine:
         mparams, cparams = params.model, params.context
         mparams.use_extra_bufts = extra_buffer_types
         self.model = ll.llama_model_load_from_file(str(model_path).encode(), mparams)
-        if not self.model:
-            raise _failed(f"could not load {model_path}")
         self.ctx = None
+        if not self.model:
+            self._check_servers()
+            raise _failed(f"could not load {model_path}")
         if not capi.llama_model_is_clover(self.model):
             self.close()
             raise EngineError(f"{model_path} is not a clover-moe GGUF")
@@ -170,6 +174,11 @@ class LlamaEngine:
             )
             cparams.cb_eval = self._cb
         self.ctx = ll.llama_init_from_model(self.model, cparams)
+        try:
+            self._check_servers()  # the weights were sent and the graphs reserved on them
+        except RpcError:
+            self.close()
+            raise
         if not self.ctx:
             self.close()
             raise _failed("could not create a llama.cpp context")
@@ -487,12 +496,22 @@ class LlamaEngine:
         )
         p.uniforms = uniforms.ctypes.data if len(uniforms) else None
         rc = capi.llama_clover_pass(self.ctx, ctypes.byref(p))
+        self._check_servers()
         if rc != 0:
             raise _failed(f"llama_clover_pass failed ({rc})")
         self.bytes_written += ids.nbytes + values.nbytes + uniforms.nbytes
         self.bytes_read += 8 * n
         tok = np.frombuffer(self._tok, dtype=np.int32, count=n).astype(np.int64)
         return tok, np.frombuffer(self._prob, dtype=np.float32, count=n).copy()
+
+    def _check_servers(self) -> None:
+        """Raise if an RPC server of this model was lost: its layers are gone (patch 0301)."""
+        gone = rpc.lost(self.placement.rpc_servers) if self.placement.rpc_servers else None
+        if gone is not None:
+            raise RpcError(
+                f"RPC server {gone} was lost (it ended, or the link dropped): the layers it held are "
+                "gone; close this model and load it again"
+            )
 
     def _logits(self, n: int) -> np.ndarray:
         ptr = ll.llama_get_logits(self.ctx)

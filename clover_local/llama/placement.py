@@ -6,13 +6,16 @@ llama-cpp-python 0.3.36 declares `llama_model_params.tensor_buft_overrides` but 
 `llama_model_tensor_buft_override` {pattern, buffer type}, as llama.cpp's `-ot` builds it.
 Buffer types are looked up by name among the devices' (`ggml_backend_dev_buffer_type`), as
 `common/arg.cpp`'s `parse_tensor_buffer_overrides` does. `flash_attn_type`, `type_k`/`type_v`
-and `load_mode` are set the way llama-cpp-python's `Llama` sets them.
+and `load_mode` are set the way llama-cpp-python's `Llama` sets them. With RPC servers,
+`llama_model_params.devices` lists their devices, then the local GPUs: the devices and the order
+llama.cpp's default selection gives after its `--rpc` (`llama_model_load_from_splits`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ from typing import Any
 from llama_cpp import llama_cpp as ll
 
 from ..placement import Placement, PlacementError, ggml_type_id
+from . import rpc
 
 FLASH_ATTN_TYPE = {
     "on": ll.LLAMA_FLASH_ATTN_TYPE_ENABLED,
@@ -71,6 +75,33 @@ ggml_backend_dev_buffer_type = _bind("ggml_backend_dev_buffer_type", [ctypes.c_v
 ggml_backend_buft_name = _bind("ggml_backend_buft_name", [ctypes.c_void_p], ctypes.c_char_p)
 
 
+def _remote(rpc_servers: Sequence[str]) -> list[int]:
+    """The RPC servers' devices, in the order given (each server checked first: `rpc.connect`)."""
+    return [d for endpoint in rpc_servers for d in rpc.connect(endpoint)]
+
+
+def _local() -> list[int]:
+    """The devices of the loaded ggml backends (the CPU included)."""
+    return [ggml_backend_dev_get(i) for i in range(ggml_backend_dev_count())]
+
+
+def offload_devices(rpc_servers: Sequence[str]) -> list[int]:
+    """The devices layers are offloaded to, in llama.cpp's order: the RPC servers' devices first
+    (llama.cpp puts them first to keep network transfers few), then the local GPUs (integrated
+    GPUs when there is no discrete one). The CPU is never in the list; it takes what is left."""
+    gpus = [d for d in _local() if ggml_backend_dev_type(d) == DEVICE_GPU]
+    igpus = [d for d in _local() if ggml_backend_dev_type(d) == DEVICE_IGPU]
+    return _remote(rpc_servers) + (gpus or igpus)
+
+
+def _device_name(dev: int, remote: bool) -> str:
+    """A device as its memory lines and `-ot` name it: an RPC device by its buffer type, which
+    carries the endpoint (`RPC0[10.0.0.2:50052]`), a local one by its own name (`CUDA0`)."""
+    if remote:
+        return ggml_backend_buft_name(ggml_backend_dev_buffer_type(dev)).decode()
+    return ggml_backend_dev_name(dev).decode()
+
+
 @dataclass(frozen=True)
 class Device:
     """A ggml device: its name (`CUDA0`, `CPU`), description, whether llama.cpp offloads layers
@@ -83,17 +114,18 @@ class Device:
     total: int
 
 
-def devices() -> list[Device]:
-    """Every device the loaded ggml backends registered (the CPU included)."""
+def devices(rpc_servers: Sequence[str] = ()) -> list[Device]:
+    """The RPC servers' devices, then every device the loaded ggml backends registered (the CPU
+    included)."""
     ll.llama_backend_init()
+    remote = _remote(rpc_servers)
     out = []
-    for i in range(ggml_backend_dev_count()):
-        dev = ggml_backend_dev_get(i)
+    for i, dev in enumerate(remote + _local()):
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
         ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
         out.append(
             Device(
-                name=ggml_backend_dev_name(dev).decode(),
+                name=_device_name(dev, i < len(remote)),
                 description=(ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
                 offload=ggml_backend_dev_type(dev) in (DEVICE_GPU, DEVICE_IGPU),
                 free=free.value,
@@ -103,12 +135,13 @@ def devices() -> list[Device]:
     return out
 
 
-def buffer_types() -> dict[str, int]:
-    """Buffer type name -> handle, for every device (what `-ot PATTERN=BUFFER` may name)."""
+def buffer_types(rpc_servers: Sequence[str] = ()) -> dict[str, int]:
+    """Buffer type name -> handle, for every device and the RPC servers' (what `-ot PATTERN=BUFFER`
+    may name)."""
     ll.llama_backend_init()
     out = {}
-    for i in range(ggml_backend_dev_count()):
-        buft = ggml_backend_dev_buffer_type(ggml_backend_dev_get(i))
+    for dev in _remote(rpc_servers) + _local():
+        buft = ggml_backend_dev_buffer_type(dev)
         if buft:
             out[ggml_backend_buft_name(buft).decode()] = buft
     return out
@@ -119,7 +152,7 @@ def tensor_overrides(placement: Placement) -> ctypes.Array | None:
     rules = placement.overrides()
     if not rules:
         return None
-    known = buffer_types()
+    known = buffer_types(placement.rpc_servers)
     arr = (llama_model_tensor_buft_override * (len(rules) + 1))()
     for i, (pattern, buffer) in enumerate(rules):
         if buffer not in known:
@@ -131,8 +164,8 @@ def tensor_overrides(placement: Placement) -> ctypes.Array | None:
 
 
 class Params:
-    """Model and context parameters for one placement; holds the override array while llama.cpp
-    reads it (the model keeps only the pointer during loading)."""
+    """Model and context parameters for one placement; holds the override and device arrays while
+    llama.cpp reads them (the model keeps only the pointers during loading)."""
 
     def __init__(
         self,
@@ -147,6 +180,12 @@ class Params:
         self.model = ll.llama_model_default_params()
         self.model.n_gpu_layers = n_gpu_layers
         self.model.no_alloc = no_alloc
+        self._devices = None  # llama.cpp's default selection, unless there are RPC servers
+        if placement.rpc_servers:
+            ll.llama_backend_init()
+            devs = offload_devices(placement.rpc_servers)
+            self._devices = (ctypes.c_void_p * (len(devs) + 1))(*devs)
+            self.model.devices = ctypes.addressof(self._devices)
         self._overrides = tensor_overrides(placement)
         if self._overrides is not None:
             self.model.tensor_buft_overrides = ctypes.addressof(self._overrides)

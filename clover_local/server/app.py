@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException
 from ..api import Clover, check_token_ids
 from ..limits import OptionError
 from ..policy import RequestTooLong
+from ..rpc import RpcError
 from .schemas import ChatCompletionRequest, CompletionRequest, RequestBase, UnsupportedField
 from .worker import Job, Message, QueueFull, ShuttingDown, StartFn, Worker
 
@@ -71,7 +72,7 @@ def api_error(e: Exception) -> APIError:
         return APIError(400, str(e), param=e.param, code="unsupported_parameter")
     if isinstance(e, ValueError):
         return APIError(400, str(e))
-    if isinstance(e, ShuttingDown):
+    if isinstance(e, ShuttingDown | RpcError):  # an RPC server lost: the model is gone until a restart
         return APIError(503, str(e), kind="server_error")
     return APIError(500, f"internal error: {type(e).__name__}: {e}", kind="server_error")
 

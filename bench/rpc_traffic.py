@@ -17,10 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from clover_local.backend import LogitAdjustment, RowAdjustments  # noqa: E402
+from clover_local.bench import median_ms  # noqa: E402
 from clover_local.llama.engine import LlamaEngine  # noqa: E402
 from clover_local.loops import ar_loop, complete, last_result  # noqa: E402
 from clover_local.placement import Placement  # noqa: E402
@@ -120,16 +119,6 @@ def measure_traffic(model: str, endpoints: list[str], prompt: list[int], n_ctx: 
     return out
 
 
-def median_ms(run: Callable[[], object], repeats: int) -> float:
-    run()  # the graph of this shape built (and sent) once
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
 def measure_time(
     model: str, endpoints: list[str], prompt: list[int], n_ctx: int, threads: int, repeats: int
 ) -> dict[str, dict[str, float]]:
@@ -142,6 +131,7 @@ def measure_time(
             mask = int(eng._meta("tokenizer.ggml.mask_token_id", "-1"))
             eng.prefill(prompt, LogitAdjustment.identity(eng.vocab_size))
             for name, run in passes(eng, mask).items():
+                run()  # the graph of this shape built (and sent) once
                 out.setdefault(name, {})[where] = median_ms(run, repeats)
     return out
 

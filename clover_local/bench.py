@@ -28,7 +28,7 @@ SIMULATED_ACCEPT = (0, 1, 2, 4, 8)
 FILLER = "The quick brown fox jumps over the lazy dog while the block diffusion model resolves its masks. "
 
 
-def _median_ms(run: Callable[[], object], repeats: int) -> float:
+def median_ms(run: Callable[[], object], repeats: int) -> float:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -110,18 +110,18 @@ def run_bench(
     out["prompt_processing"] = {}
     for n in prompt_tokens:
         tokens = bench_prompt(clover, n)
-        ms = _median_ms(lambda t=tokens: backend.prefill(t, adj), repeats)
+        ms = median_ms(lambda t=tokens: backend.prefill(t, adj), repeats)
         out["prompt_processing"][str(n)] = {"ms": ms, "tokens_per_s": n / ms * 1e3}
     backend.prefill(prompt, adj)
     out["prefill_ms"] = out["prompt_processing"][str(len(prompt))]["ms"]
     out["prompt_tokens_per_s"] = out["prompt_processing"][str(len(prompt))]["tokens_per_s"]
-    out["preview_ms"] = _median_ms(lambda: backend.preview(block, adj), repeats) if previews else None
-    out["commit_ms"] = _median_ms(lambda: backend.commit(filler, adj), repeats)
-    out["ar_step_ms"] = _median_ms(lambda: backend.commit(filler[:1], adj), repeats)
+    out["preview_ms"] = median_ms(lambda: backend.preview(block, adj), repeats) if previews else None
+    out["commit_ms"] = median_ms(lambda: backend.commit(filler, adj), repeats)
+    out["ar_step_ms"] = median_ms(lambda: backend.commit(filler[:1], adj), repeats)
     out["ar_tokens_per_s"] = 1e3 / out["ar_step_ms"]
     rows = RowAdjustments.constant(adj, block_size)
     out["fused_pass_ms"] = (
-        _median_ms(lambda: backend.verify_and_draft(filler, rows, block), repeats) if verifies else None
+        median_ms(lambda: backend.verify_and_draft(filler, rows, block), repeats) if verifies else None
     )
     out["bytes_per_pass"] = {
         "ar_step": _moved(backend, lambda: backend.commit(filler[:1], adj)),

@@ -4,16 +4,11 @@
 # (`prepare.py --prebuilt build/cuda-local`). Takes about 40 minutes on 2 cores.
 #
 #   bash bench/device/build_cuda_here.sh [BUILD_DIR]     (default build/cuda-local)
-#   bash bench/device/build_cuda_here.sh --tbo [BUILD_DIR]
-#
-# --tbo also builds test-backend-ops with the cases of kernels-test-cases.patch against those libraries
-# (BUILD_DIR/test-backend-ops; carry it in .devcarry for `PREBUILT=1 bench/device/kernels.sh`).
 #
 # The source is patches/build.py's persistent patched tree (`python patches/build.py --dev` first).
 # cuBLAS headers and libraries come from PyPI's nvidia-cublas wheel (CUDA 13, as on the device);
 # libcuda is a stub with the real soname: the driver's own libcuda.so.1 is loaded on the device.
 set -euo pipefail
-TBO=""; [ "${1:-}" = --tbo ] && { TBO=1; shift; }
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build/cuda-local}
 SRC=$ROOT/build/llama-dev/src/vendor/llama.cpp
@@ -40,11 +35,3 @@ cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_L
   -DCMAKE_BUILD_RPATH='$ORIGIN' -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
   -DCMAKE_CUDA_FLAGS="-I$C/include" -DCMAKE_CXX_FLAGS="-I$C/include"
 ninja -C "$BUILD" llama
-if [ -n "$TBO" ]; then
-  # the op tests with this project's cases, compiled against ggml's headers and linked to this build
-  T=$BUILD/tbo-src; rm -rf "$T"; mkdir -p "$T"
-  cp "$SRC/tests/test-backend-ops.cpp" "$T/"
-  patch -d "$T" -p2 --forward --batch < "$ROOT/bench/device/kernels-test-cases.patch" > /dev/null
-  g++ -O2 -std=c++17 -pthread -I"$SRC/ggml/include" -c "$T/test-backend-ops.cpp" -o "$T/tbo.o"
-  g++ -o "$BUILD/test-backend-ops" "$T/tbo.o" -L"$BUILD/bin" -lggml -lggml-base -pthread -Wl,-rpath,'$ORIGIN/bin'
-fi

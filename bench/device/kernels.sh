@@ -21,16 +21,15 @@
 #             cases of bench/device/kernels-test-cases.patch) against the CPU, default and wide paths;
 #             perf: the same ops' perf cases at the model's shapes, legacy and default;
 #             passes: bench/device/timing.py (engine passes, no simulations; experts in one dispatch
-#             and in chunks of 8 rows, patch 0008's matrix-vector path), legacy and default;
+#             and in chunks of 8 rows, llama_clover_bench_tuning of patch 0007), legacy and default;
 #             wide: the perf cases with the new paths beyond their default limits;
 #             upstream: upstream's own MUL_MAT_ID eval cases with the wide paths
 #   BUDGET_S  seconds after which the remaining stages are skipped        (default 550)
 #   JOBS      build jobs (default: all cores);  WORK  scratch (default /tmp/clover-kernels)
 #   LAYERS    layers of the timed file (default 4);  REPS  timing.py repetitions (default 20)
 #   GGML_CUDA, BACKEND  ON, CUDA0 (OFF, CPU: a dry run of the script on a machine without a GPU)
-#   PREBUILT  1: no build; the libraries in LIBDIR (e.g. run.sh's $WORK/site/llama_cpp/lib, from
-#             `prepare.py --prebuilt`) and the test-backend-ops binary TBO (built here against them by
-#             `build_cuda_here.sh --tbo`, carried in .devcarry) are used as they are
+#   PREBUILT  1: no build; the libraries in LIBDIR and the test-backend-ops binary TBO are used as
+#             they are (run.sh's ops stage: its wheel's libraries, test-backend-ops built beside them)
 set -u -o pipefail
 T0=$(date +%s)
 REPO=$(pwd)

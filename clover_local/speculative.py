@@ -242,6 +242,7 @@ def speculative_loop(
     policy.check_length(len(prompt), s)
     rng, sampler, vocab = np.random.default_rng(s.seed), s.sampler, backend.vocab_size
     lengths = DraftLength(limit, spec.adaptive, spec.probe_after)
+    running = policy.RunningAdjustment(s, vocab, prompt)  # the response and each pending token
     stops = set(s.stop_token_ids)
 
     def masks() -> list[int]:
@@ -275,6 +276,7 @@ def speculative_loop(
     finish = "length"
     while len(response) < s.max_new_tokens:
         t0, position, passes = time.perf_counter(), len(prompt) + len(response), 1
+        running.append(pending)  # always kept
         room = s.max_new_tokens - len(response) - 1  # positions left after the pending token
         draft = draft.cut(0 if pending in stops else room)
         for _ in range(spec.refinements if draft.tokens else 0):
@@ -292,10 +294,12 @@ def speculative_loop(
             adjs = policy.row_adjustments(s, vocab, prompt, response, rows)
             v = backend.verify_and_draft(rows, adjs, masks() if wanted else [], sampler, s.routing)
         else:  # nothing to verify or draft: the `ar` loop's own step (the commit path, no snapshots)
-            v = _ar_step(backend, pending, policy.adjustment(s, vocab, prompt, [*response, pending]))
+            v = _ar_step(backend, pending, running.adjustment())
         a, bonus = _accept(v, draft, rng)
         kept = rows[: a + 1]
         response += kept
+        for t in kept[1:]:
+            running.append(t)
         if a < len(draft.tokens):
             backend.rollback(len(prompt) + len(response))
         lengths.update(len(draft.tokens), a)

@@ -6,7 +6,7 @@
 #                                      `.venv/bin/python bench/device/prepare.py`)
 #
 # Environment (all optional):
-#   STAGES    comma list of build,gen,convert,baseline,clover,parity,cbench,nographs (default: all)
+#   STAGES    comma list of build,gen,convert,baseline,clover,parity,cbench,nographs,spec (default: all but spec)
 #             cbench: `clover bench --simulate` on the largest clover file of the first quant;
 #             nographs: its engine passes again with GGML_CUDA_DISABLE_GRAPHS=1 (what CUDA graphs buy)
 #             sweep: every clover file of the first quant again under each of $SWEEP's settings,
@@ -275,7 +275,7 @@ clover_bench() {  # $1 gguf, $2 tag: the runtime's own `clover bench` on the sam
     || { note "clover-bench-$2" "clover bench failed"; rm -f "$WORK/clover-bench-$2.json"; }
 }
 [ -n "${RETIME:-}" ] && rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
-if want baseline || want clover || want parity || want cbench || want nographs || want legacy || want sweep || want profile || want cpumoe || want ops; then
+if want baseline || want clover || want parity || want cbench || want nographs || want legacy || want sweep || want profile || want cpumoe || want ops || want spec; then
   wait_build || note timings "no CUDA wheel"
 fi
 # The image builds with /opt/gcc (its own GCC), whose libstdc++ need not be the one the dynamic
@@ -382,6 +382,15 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
           --out "$WORK/profile.json" > /dev/null 2>> "$WORK/profile.stderr" || note profile "summary failed"
       tail -5 "$WORK/profile.stderr" >> "$OUT/run.log" 2>/dev/null
     fi
+  fi
+  # ---- speculative a = 0, iteration by iteration (CUDA graphs on and off) ---------------------
+  if want spec && [ "$PATCHED" = 1 ] && [ -f "$SMALLCLOVER" ]; then
+    for g in on off; do
+      log "spec: bench/spec_iterations.py on $SMALLCLOVER, CUDA graphs $g"
+      ( [ $g = off ] && export GGML_CUDA_DISABLE_GRAPHS=1
+        $PY bench/spec_iterations.py "$SMALLCLOVER" --gpu-layers -1 2> "$WORK/spec-$g.stderr" ) \
+        | tee -a "$OUT/run.log" || note "spec-$g" "spec_iterations failed"
+    done
   fi
   # ---- GPU parity (tiny models, all layers offloaded) ----------------------------------------
   if want parity; then

@@ -156,7 +156,9 @@ def test_coreset_at_top_p_one_equals_no_coreset(gguf_factory):
         prompt, block = prompt_and_block(a.vocab_size, mask)
         a.causal_logits(prompt)
         b.causal_logits(prompt)
-        np.testing.assert_allclose(a.preview_logits(block), b.preview_logits(block), rtol=0, atol=SAME)
+        # top_p 1 drops the experts no row picked (no mass), so the router softmax renormalises over
+        # the rest: the same picks and weights up to float32 rounding (1.7e-5 on an AVX-512 CPU)
+        np.testing.assert_allclose(a.preview_logits(block), b.preview_logits(block), rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import speculative
+from . import policy, speculative
+from .backend import LogitAdjustment, adjust_logits
 from .loops import ar_loop, complete, last_result
 from .model.config import CheckpointConfig
 from .model.gguf_info import read_info
@@ -254,12 +255,17 @@ def divergence(
     return {"token": first, "margin": margin, "bound": bound, "near_tie": near_tie}
 
 
-def one_row_margin(eng: LlamaEngine, context: Sequence[int], token: int, other: int) -> float:
+def one_row_margin(
+    eng: LlamaEngine, context: Sequence[int], token: int, other: int, adj: LogitAdjustment | None = None
+) -> float:
     """How far `token` leads `other` in the logits of the row after `context`, computed as the ar
-    mode computes it: the context's last token alone in its pass (a one-row kernel)."""
+    mode computes it: the context's last token alone in its pass (a one-row kernel), after the
+    step's logit adjustment `adj` (penalties, ramps: what both modes pick from)."""
     eng.reset()
     eng.causal_logits(context[:-1])
     logits = eng.causal_logits(context[-1:])[-1]
+    if adj is not None:
+        logits = adjust_logits(logits, adj)
     return float(logits[token] - logits[other])
 
 
@@ -369,7 +375,8 @@ def check_conversion(
             spec = last_result(speculative.speculative_loop(eng, ids, settings, SpeculativeSettings())).tokens
             first = first_difference(ar, spec)
             if first is not None and first < min(len(ar), len(spec)):
-                margin = one_row_margin(eng, [*ids, *ar[:first]], ar[first], spec[first])
+                adj = policy.adjustment(settings, eng.vocab_size, ids, ar[:first])
+                margin = one_row_margin(eng, [*ids, *ar[:first]], ar[first], spec[first], adj)
         routing.take()
     expected = list(complete(NumpyBackend(ref), ids, settings).tokens)
 

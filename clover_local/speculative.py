@@ -71,17 +71,21 @@ class DraftLength:
       rows, so the next iteration verifies the bonus token alone: every cut draft costs an
       iteration that yields one token.
     - a == k: after `patience` full acceptances in a row the length doubles (at most `limit`).
-      A doubled draft that is cut doubles the patience (up to `MAX_PROBE_GAP`), one that is kept
+      A doubled draft that is cut doubles the patience (up to `MAX_PATIENCE`), one that is kept
       resets it to 1. Under a steady acceptance the length settles there and longer drafts are
       tried ever more rarely; a run of agreement still grows it as fast as slow start.
 
     At 0 the iterations are plain `ar` steps without a preview; after `probe_after` of them the
-    length goes back to 1 to measure again, and every probe that finds nothing accepted doubles
-    that wait (up to `MAX_PROBE_GAP`), so a model whose drafts never agree costs close to plain
-    `ar`. Without `adaptive` it stays at `limit`.
+    length goes back to 1 to measure again, and every draft that finds nothing accepted multiplies
+    that wait by `PROBE_BACKOFF` (up to `MAX_PROBE_GAP`), so a model whose drafts never agree costs
+    close to plain `ar`: a probe costs about ten `ar` steps on a GPU (its passes have shapes of
+    their own, so their graphs are built for them: docs/performance.md), two or three probes in the
+    first 256 tokens, then one per 256. Without `adaptive` it stays at `limit`.
     """
 
-    MAX_PROBE_GAP = 64
+    MAX_PATIENCE = 64
+    PROBE_BACKOFF = 4
+    MAX_PROBE_GAP = 256
 
     limit: int
     adaptive: bool = True
@@ -119,9 +123,10 @@ class DraftLength:
                 self.length = grown
             else:
                 if self._grown:
-                    self._patience = min(self.MAX_PROBE_GAP, 2 * self._patience)
+                    self._patience = min(self.MAX_PATIENCE, 2 * self._patience)
                 self.length, self._streak, self._grown = accepted, 0, False
-            self._gap = self.probe_after if accepted else min(self.MAX_PROBE_GAP, 2 * self._gap)
+            backoff = min(self.MAX_PROBE_GAP, self.PROBE_BACKOFF * self._gap)
+            self._gap = self.probe_after if accepted else backoff
             self._ar_steps = 0
         elif self.length == 0:
             self._ar_steps += 1

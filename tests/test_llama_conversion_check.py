@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from clover_convert.pipeline import Options, convert, prepare
 
+from clover_local.backend import LogitAdjustment
 from clover_local.llama import unavailable
 
 SKIP = unavailable()
@@ -128,3 +129,8 @@ def test_one_row_margin_is_the_ar_steps_logit_lead(checkpoint_factory, tmp_path)
         top, second = np.argsort(logits)[::-1][:2]
         margin = one_row_margin(eng, context, int(top), int(second))
         assert margin == pytest.approx(float(logits[top] - logits[second]), abs=1e-3) and margin >= 0
+        # after the step's adjustment (a penalty on the leader), as both modes pick
+        values = np.array([[1.0, 1.0, -100.0]], dtype=np.float32)
+        penalty = LogitAdjustment(np.array([top]), values, len(logits))
+        adjusted = one_row_margin(eng, context, int(top), int(second), penalty)
+        assert adjusted == pytest.approx(margin - 100.0, abs=1e-3)

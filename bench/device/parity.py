@@ -123,7 +123,15 @@ def verify_cmd(path: Path, ckpt: Path, *extra: str) -> list[str]:
 
 def summary(report: dict) -> dict:
     """A verify report without its token lists: verdict, failures and the per-pass metrics."""
-    keep = ("passed", "failures", "backend", "file_type", "token_agreement", "speculative_identical")
+    keep = (
+        "passed",
+        "failures",
+        "backend",
+        "file_type",
+        "token_agreement",
+        "speculative_identical",
+        "speculative_divergence",
+    )
     return {**{k: report.get(k) for k in keep}, **{p: report.get(p) for p in PASSES}}
 
 

@@ -246,12 +246,13 @@ def divergence(
     ar: Sequence[int], spec: Sequence[int], margin: float | None, backend: str, bound: float
 ) -> dict | None:
     """Where speculative and ar decoding part, None if they do not. On a GPU a part whose one-row
-    margin (`one_row_margin`) lies within the backend's own logit error `bound` is a near-tie that
-    batched and one-row kernels round apart; on a CPU every part is a failure."""
+    margin (`one_row_margin`) lies within the backend's own logit error `bound`, either way, is a
+    near-tie that batched and one-row kernels round apart (the recomputed row may even prefer
+    speculative's pick: its prefix ran in other batches); on a CPU every part is a failure."""
     first = first_difference(ar, spec)
     if first is None:
         return None
-    near_tie = backend == "gpu" and margin is not None and 0 <= margin <= bound
+    near_tie = backend == "gpu" and margin is not None and abs(margin) <= bound
     return {"token": first, "margin": margin, "bound": bound, "near_tie": near_tie}
 
 

@@ -114,6 +114,8 @@ def test_speculative_and_ar_may_part_only_on_a_gpu_near_tie():
     assert divergence([1, 2], [1, 2], None, "gpu", 1.0) is None
     assert divergence([1, 2], [1, 5], 0.2, "gpu", 1.0)["near_tie"] is True
     assert divergence([1, 2], [1, 5], 2.0, "gpu", 1.0)["near_tie"] is False  # a clear lead: a wrong pass
+    assert divergence([1, 2], [1, 5], -0.2, "gpu", 1.0)["near_tie"] is True  # rounded the other way
+    assert divergence([1, 2], [1, 5], -2.0, "gpu", 1.0)["near_tie"] is False
     assert divergence([1, 2], [1, 5], 0.2, "cpu", 1.0)["near_tie"] is False  # the CPU must agree exactly
     assert divergence([1, 2], [1, 2, 3], None, "gpu", 1.0)["near_tie"] is False  # lengths differ
 

@@ -409,14 +409,14 @@ def verify(
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", help="Tokens of greedy generation.")] = 32,
     n_gpu_layers: Annotated[int, typer.Option("--n-gpu-layers", "-ngl", help="Layers on the GPU.")] = 0,
     threads: Annotated[int | None, typer.Option("--threads", "-t", help="CPU threads.")] = None,
-    repack: Annotated[
-        bool | None,
+    no_repack: Annotated[
+        bool,
         typer.Option(
-            "--repack/--no-repack",
-            help="CPU weights in ggml-cpu's repacked AMX / CPU_REPACK layouts, or in plain buffers "
-            "(default: repacked, except on AMX CPUs).",
+            "--no-repack",
+            "-nr",
+            help="CPU weights in plain buffers (no AMX / repacked layouts), as llama.cpp's.",
         ),
-    ] = None,
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     *,
     options: list[dict[str, Any]],
@@ -444,7 +444,7 @@ def verify(
             n_gpu_layers=n_gpu_layers,
             n_threads=threads,
             placement=Placement.from_llama_kwargs(**placement_kwargs(**placing)),
-            extra_buffer_types=repack,
+            extra_buffer_types=not no_repack,
         )
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))

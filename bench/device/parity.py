@@ -138,7 +138,7 @@ def summary(report: dict) -> dict:
 def run_verifies(path: Path, ckpt: Path, gpu: bool, threads: int) -> dict[str, dict]:
     """`clover verify` on the CPU with and without extra buffer types, and on the GPU, at once."""
     runs = {
-        "cpu": (verify_cmd(path, ckpt, "-t", str(threads), "--repack"), CPU_ENV),
+        "cpu": (verify_cmd(path, ckpt, "-t", str(threads)), CPU_ENV),
         "cpu_no_repack": (verify_cmd(path, ckpt, "-t", str(threads), "--no-repack"), CPU_ENV),
     }
     if gpu:

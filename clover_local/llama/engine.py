@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -90,24 +89,6 @@ def keep_freed_memory() -> None:
     libc.mallopt(m_trim_threshold, 256 << 20)  # and up to 256 MiB of freed heap stays mapped
 
 
-@functools.cache
-def default_extra_buffer_types() -> bool:
-    """Whether weights go to ggml-cpu's extra buffer types when the caller does not say.
-
-    Off on CPUs with AMX: the pinned tree's AMX matmul gave wrong rows on small weights (patch 0201)
-    and faults in `ldtilecfg` on some virtual machines (SIGSEGV on every pass of 8 rows or more; seen
-    on a 2-core Sapphire Rapids VM, 2026-12-02, while the H200 host's CPU runs it), and a crash
-    loses the session. Elsewhere on (CPU_REPACK). Logged once per process (`clover_local` logger).
-    """
-    if "AMX_INT8 = 1" not in ll.llama_print_system_info().decode("utf-8", "replace"):
-        return True
-    logging.getLogger("clover_local").info(
-        "AMX CPU: weights stay in plain CPU buffers (ggml-cpu's AMX kernels are not used; "
-        "extra_buffer_types=True forces them)"
-    )
-    return False
-
-
 def require_patched() -> None:
     """Fail clearly when the installed llama-cpp-python lacks the Clover patch series."""
     if not capi.PATCHED:
@@ -129,8 +110,8 @@ class LlamaEngine:
     `placement` holds llama.cpp's placement and loading options (expert tensors on the CPU, cache
     types, flash attention, mmap; `flash_attn` and `f32_cache` are shorthands that override its
     values); `extra_buffer_types=False` keeps CPU weights in plain buffers instead of ggml-cpu's
-    repacked AMX / CPU_REPACK layouts (llama.cpp's `use_extra_bufts`: the faster matmuls; off: the
-    reference path to compare against; None: `default_extra_buffer_types`, off on AMX CPUs);
+    repacked AMX / CPU_REPACK layouts (llama.cpp's `use_extra_bufts`, on by default: the faster
+    matmuls; off: the reference path to compare against);
     `eval_callback` is llama.cpp's `cb_eval`, called for every graph node (tests inspect ops and
     intermediates). With RPC servers in the placement, a server lost during loading or a pass
     raises `RpcError` (what the pass read from it is not used) and so does every later pass.
@@ -153,7 +134,7 @@ class LlamaEngine:
         log: bool = False,
         speculative: bool = False,
         placement: Placement | None = None,
-        extra_buffer_types: bool | None = None,
+        extra_buffer_types: bool = True,
     ):
         require_patched()
         keep_freed_memory()
@@ -169,8 +150,7 @@ class LlamaEngine:
         self.placement = placement
         params = Params(placement, n_gpu_layers, n_ctx, n_ubatch, n_rs_seq=0, n_threads=n_threads)
         mparams, cparams = params.model, params.context
-        extra = default_extra_buffer_types() if extra_buffer_types is None else extra_buffer_types
-        mparams.use_extra_bufts = extra
+        mparams.use_extra_bufts = extra_buffer_types
         self.model = ll.llama_model_load_from_file(str(model_path).encode(), mparams)
         self.ctx = None
         if not self.model:

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     with engine.LlamaEngine(args.model, n_ctx=args.prompt + args.tokens + 64, n_threads=args.threads) as eng:
-        mask = int(eng._meta("tokenizer.ggml.mask_token_id", "-1"))
+        mask = eng.mask_token_id
         s = DecodingSettings(
             mask_token_id=mask, max_new_tokens=args.tokens, presence_penalty=1.5, stop_token_ids=(0,)
         )

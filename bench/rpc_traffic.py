@@ -96,7 +96,7 @@ def measure_traffic(model: str, endpoints: list[str], prompt: list[int], n_ctx: 
         return summed([p.since(b) for p, b in zip(proxies, before, strict=True)])
 
     with LlamaEngine(model, n_ctx=n_ctx, n_gpu_layers=-1, speculative=True, placement=placement) as eng:
-        mask = int(eng._meta("tokenizer.ggml.mask_token_id", "-1"))
+        mask = eng.mask_token_id
         adj = LogitAdjustment.identity(eng.vocab_size)
         out["prefill"] = traffic(lambda: eng.prefill(prompt, adj))
         for name, run in passes(eng, mask).items():
@@ -128,7 +128,7 @@ def measure_time(
         ("rpc", {"n_gpu_layers": -1, "placement": Placement(rpc_servers=endpoints)}),
     ):
         with LlamaEngine(model, n_ctx=n_ctx, n_threads=threads, speculative=True, **kw) as eng:
-            mask = int(eng._meta("tokenizer.ggml.mask_token_id", "-1"))
+            mask = eng.mask_token_id
             eng.prefill(prompt, LogitAdjustment.identity(eng.vocab_size))
             for name, run in passes(eng, mask).items():
                 run()  # the graph of this shape built (and sent) once

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     kw = dict(n_ctx=1024, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
     prompt = list(range(1, 65))
     with LlamaEngine(args.model, speculative=True, **kw) as eng:
-        mask = int(eng._meta("tokenizer.ggml.mask_token_id", "-1"))
+        mask = eng.mask_token_id
         s = DecodingSettings(mask_token_id=mask, max_new_tokens=args.tokens, stop_token_ids=())
         for _ in range(2):  # the second run is reported (graphs built, allocations warm)
             events = [

@@ -149,6 +149,12 @@ def coreset_recorder(found: dict[str, np.ndarray]):
     return callback
 
 
+def test_mask_token_id_is_the_checkpoints(gguf_factory):
+    ckpt, path = gguf_factory("tiny")
+    with engine(path) as eng:
+        assert eng.mask_token_id == CheckpointConfig.from_dir(ckpt).model.mask_token_id >= 0
+
+
 def test_coreset_at_top_p_one_equals_no_coreset(gguf_factory):
     ckpt, path = gguf_factory("tiny")
     mask = CheckpointConfig.from_dir(ckpt).model.mask_token_id

@@ -45,7 +45,7 @@ def run(model: str, kind: str, prefix: int) -> dict:
     rng = np.random.default_rng(0)
     V = eng.vocab_size
     adj = LogitAdjustment.identity(V)
-    mask = int(eng._meta("tokenizer.ggml.mask_token_id", "-1"))
+    mask = eng.mask_token_id
     toks = lambda n: [int(t) for t in rng.integers(0, min(V, 248000), size=n)]  # noqa: E731
     block = [mask if i % 2 else t for i, t in enumerate(toks(BLOCK))]
     eng.prefill(toks(prefix), adj)

@@ -358,7 +358,7 @@ def run_ar_mode(path: str, args, rng, res: dict) -> None:
     try:
         V = eng.vocab_size
         toks = lambda n: [int(t) for t in rng.integers(0, min(V, 248000), size=n)]  # noqa: E731
-        mask = int(eng._meta("tokenizer.ggml.mask_token_id", "-1"))
+        mask = eng.mask_token_id
         prompt = toks(args.prefix)
         identity = LogitAdjustment.identity(V)
         s = DecodingSettings(
@@ -453,7 +453,7 @@ def run_engine(path: str, args, rng, res: dict) -> None:
     try:
         V = eng.vocab_size
         adj = LogitAdjustment.identity(V)
-        mask = int(eng._meta("tokenizer.ggml.mask_token_id", "-1"))
+        mask = eng.mask_token_id
         prompt = [int(t) for t in rng.integers(0, min(V, 248000), size=args.prefix)]
         eng.prefill(prompt, adj)
 

@@ -206,6 +206,11 @@ class LlamaEngine:
             raise ValueError(f"coreset_size and moe_chunk must be >= 0, got {coreset_size}, {moe_chunk}")
         capi.llama_clover_bench_tuning(self.ctx, coreset_size, moe_chunk)
 
+    @property
+    def mask_token_id(self) -> int:
+        """The GGUF's `tokenizer.ggml.mask_token_id` (-1 when it has none): what previews fill."""
+        return int(self._meta("tokenizer.ggml.mask_token_id", "-1"))
+
     def _meta(self, key: str, default: str) -> str:
         buf = ctypes.create_string_buffer(256)
         n = ll.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))

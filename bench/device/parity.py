@@ -135,30 +135,32 @@ def summary(report: dict) -> dict:
     return {**{k: report.get(k) for k in keep}, **{p: report.get(p) for p in PASSES}}
 
 
-def run_verifies(path: Path, ckpt: Path, gpu: bool, threads: int) -> dict[str, dict]:
-    """`clover verify` on the CPU with and without extra buffer types, and on the GPU, at once."""
+def run_verifies(path: Path, ckpt: Path, gpu: bool, threads: int, jobs: int) -> dict[str, dict]:
+    """`clover verify` on the CPU with and without extra buffer types, and on the GPU, `jobs` at a
+    time (each holds a float64 reference of the checkpoint: ~35 GB at full width)."""
     runs = {
         "cpu": (verify_cmd(path, ckpt, "-t", str(threads)), CPU_ENV),
         "cpu_no_repack": (verify_cmd(path, ckpt, "-t", str(threads), "--no-repack"), CPU_ENV),
     }
     if gpu:
         runs["gpu"] = (verify_cmd(path, ckpt, "--n-gpu-layers", "-1"), dict(os.environ))
-    procs = {
-        k: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        for k, (cmd, env) in runs.items()
-    }
     found = {}
-    for k, p in procs.items():
-        stdout, stderr = p.communicate()
-        try:
-            found[k] = summary(json.loads(stdout))
-        except json.JSONDecodeError:
-            found[k] = {
-                "passed": False,
-                "rc": p.returncode,
-                "stdout": stdout[-1500:],
-                "stderr": stderr[-800:],
-            }
+    for at in range(0, len(runs), jobs):
+        procs = {
+            k: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            for k, (cmd, env) in list(runs.items())[at : at + jobs]
+        }
+        for k, p in procs.items():
+            stdout, stderr = p.communicate()
+            try:
+                found[k] = summary(json.loads(stdout))
+            except json.JSONDecodeError:
+                found[k] = {
+                    "passed": False,
+                    "rc": p.returncode,
+                    "stdout": stdout[-1500:],
+                    "stderr": stderr[-800:],
+                }
     return found
 
 
@@ -216,17 +218,20 @@ def main(argv: list[str] | None = None) -> int:
     res: dict = {"presets": presets, "quants": quants, "files": {}, "cpu_verify": {}, "gpu_verify": {}}
     if not capi.PATCHED:
         res["skipped"] = "unpatched build"
-        args.out.write_text(json.dumps(res, indent=1) + "\n")
+        write(args.out, res)
         return 0
     gpu = bool(ll.llama_supports_gpu_offload())
     res["gpu"], res["cpu_features"] = gpu, cpu_features()
     log(f"CPU: {res['cpu_features']}")
     cpu_v: dict = {q: {} for q in quants}
     gpu_v: dict = {q: {} for q in quants}
+    has_bufts = args.extra_bufts is not None and args.extra_bufts.is_file()
+    extra_bufts = json.loads(args.extra_bufts.read_text()) if has_bufts else None
     with tempfile.TemporaryDirectory(prefix="clover-parity-") as tmp:
         for preset in presets:
             ck = Path(tmp) / f"ck-{preset}"
-            layers = ["--layers", str(args.layers)] if preset == "full-width" else []
+            full = preset == "full-width"
+            layers = ["--layers", str(args.layers)] if full else []
             cmd = [
                 sys.executable,
                 "-m",
@@ -251,44 +256,59 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as e:
                     res["files"][preset][q] = {"error": f"{type(e).__name__}: {e}"}
                 log(f"{preset} {q}: {res['files'][preset][q]}")
-                v = run_verifies(g, ck, gpu, args.threads)
+                v = run_verifies(g, ck, gpu, args.threads, jobs=2 if full else 3)
                 cpu_v[q][preset] = {"repack": v["cpu"], "no_repack": v["cpu_no_repack"]}
                 if gpu:
                     gpu_v[q][preset] = v["gpu"]
                 log(f"verify {preset} {q}: " + ", ".join(f"{k} {d.get('passed')}" for k, d in v.items()))
                 g.unlink()
-            for q in quants:
-                g = Path(tmp) / f"{preset}-{q}.cpu.npz"
-                g.unlink(missing_ok=True)
-    for q in quants:
-        res["cpu_verify"][q] = {
+                g.with_suffix(".cpu.npz").unlink(missing_ok=True)
+                # written after every file: a run cut short by its time limit keeps what it finished
+                write(args.out, verdicts(res, cpu_v, gpu_v, gpu, extra_bufts))
+    res["complete"] = True
+    final = verdicts(res, cpu_v, gpu_v, gpu, extra_bufts)
+    write(args.out, final)
+    log(f"summary: {final['summary']}")
+    return 0
+
+
+def verdicts(res: dict, cpu_v: dict, gpu_v: dict, gpu: bool, extra_bufts: dict | None) -> dict:
+    """The result so far: per file type, passed where every preset run so far passed."""
+    out = {**res, "cpu_verify": {}, "gpu_verify": {}}
+    for q in res["quants"]:
+        out["cpu_verify"][q] = {
             "passed": all(d.get("passed") is True for runs in cpu_v[q].values() for d in _runs(runs)),
             "presets": cpu_v[q],
         }
         if gpu:
-            res["gpu_verify"][q] = {
+            out["gpu_verify"][q] = {
                 "passed": all(d.get("passed") is True for d in gpu_v[q].values()),
                 "presets": gpu_v[q],
             }
-    if args.extra_bufts and args.extra_bufts.is_file():
-        res["extra_bufts"] = json.loads(args.extra_bufts.read_text())
-    res["summary"] = {
-        "cpu_verify": {q: d["passed"] for q, d in res["cpu_verify"].items()},
-        "gpu_verify": {q: d["passed"] for q, d in res["gpu_verify"].items()},
+    if extra_bufts is not None:
+        out["extra_bufts"] = extra_bufts
+    out["summary"] = {
+        "cpu_verify": {q: d["passed"] for q, d in out["cpu_verify"].items()},
+        "gpu_verify": {q: d["passed"] for q, d in out["gpu_verify"].items()},
         "amx": "AMX_INT8 = 1" in res["cpu_features"],
         **{
-            f"extra_bufts_{k}": len(res["extra_bufts"][k])
+            f"extra_bufts_{k}": len(extra_bufts[k])
             for k in ("pinned_wrong", "patched_wrong")
-            if k in res.get("extra_bufts", {})
+            if k in (extra_bufts or {})
         },
         "cpu_repack_max_abs_diff": max(
             (f.get("cpu_repack_causal_max_abs_diff", 0.0) for p in res["files"].values() for f in p.values()),
             default=None,
         ),
     }
-    args.out.write_text(json.dumps(res, indent=1) + "\n")
-    log(f"summary: {res['summary']}")
-    return 0
+    return out
+
+
+def write(path: Path, result: dict) -> None:
+    """The result JSON, replaced whole (a temporary name, then a rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(path)
 
 
 def _runs(entry: dict) -> list[dict]:

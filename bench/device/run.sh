@@ -7,6 +7,9 @@
 #
 # Environment (all optional):
 #   STAGES    comma list of build,gen,convert,baseline,clover,parity,cbench,nographs,spec (default: all but spec)
+#             spec: bench/spec_iterations.py on every clover file of the first quant under each of $SPEC's
+#             settings (same form as $SWEEP; default "slots:LLAMA_GRAPH_CACHE=4 one-graph:LLAMA_GRAPH_CACHE=0",
+#             patch 0401's graph slots on and off)
 #             cbench: `clover bench --simulate` on the largest clover file of the first quant;
 #             nographs: its engine passes again with GGML_CUDA_DISABLE_GRAPHS=1 (what CUDA graphs buy)
 #             sweep: every clover file of the first quant again under each of $SWEEP's settings,
@@ -23,7 +26,8 @@
 #             extrabufts: ggml-cpu's AMX / CPU_REPACK matmuls against plain buffers, the pinned
 #             kernel and patch 0201, in a native CPU-only ggml build (bench/device/extra_bufts_check.sh)
 #             parity: `clover verify` on CPU (extra buffer types on and off) and GPU, presets
-#             $PARITY_PRESETS (default tiny,small; full-width = its first 4 layers)
+#             $PARITY_PRESETS (default tiny,small; full-width = 4 layers), cut off 20 s before the budget
+#             ends (parity.json keeps every file finished)
 #             ops: test-backend-ops with the cases of kernels-test-cases.patch (compiled while the
 #             build runs, linked to the built libraries): the changed CUDA ops checked against the CPU
 #             (eval), then timed with the 01xx kernels and with GGML_CUDA_CLOVER_LEGACY=1 (perf), by
@@ -384,12 +388,15 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
     fi
   fi
   # ---- speculative a = 0, iteration by iteration (CUDA graphs on and off) ---------------------
-  if want spec && [ "$PATCHED" = 1 ] && [ -f "$SMALLCLOVER" ]; then
-    for g in on off; do
-      log "spec: bench/spec_iterations.py on $SMALLCLOVER, CUDA graphs $g"
-      ( [ $g = off ] && export GGML_CUDA_DISABLE_GRAPHS=1
-        $PY bench/spec_iterations.py "$SMALLCLOVER" --gpu-layers -1 2> "$WORK/spec-$g.stderr" ) \
-        | tee -a "$OUT/run.log" || note "spec-$g" "spec_iterations failed"
+  if want spec && [ "$PATCHED" = 1 ]; then
+    for f in $(variants "$FIRSTQ" ""); do
+      for setting in ${SPEC:-slots:LLAMA_GRAPH_CACHE=4 one-graph:LLAMA_GRAPH_CACHE=0}; do
+        stag=${setting%%:*}; IFS=, read -ra svars <<< "${setting#*:}"
+        log "spec: bench/spec_iterations.py on $(basename "$f"), $stag (${setting#*:})"
+        ( export "${svars[@]}"
+          $PY bench/spec_iterations.py "$f" --gpu-layers -1 2> "$WORK/spec-$(basename "$f" .gguf)-$stag.stderr" ) \
+          | tee -a "$OUT/run.log" || note "spec-$stag" "spec_iterations failed on $f"
+      done
     done
   fi
   # ---- GPU parity (tiny models, all layers offloaded) ----------------------------------------
@@ -400,9 +407,10 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
     elif (( $(left) < 60 )); then note parity "too little time left"
     else
       log "parity: clover verify on the CPU (extra buffer types on and off) and the GPU"
-      $PY bench/device/parity.py --out "$WORK/parity.json" --presets "${PARITY_PRESETS:-tiny,small}" \
-          --extra-bufts "$OUT/extra_bufts.json" 2>&1 | grep -E '^\[' | tail -40 | tee -a "$OUT/run.log" \
-        || note parity "parity run failed"
+      # cut off before the budget ends; parity.json holds every file finished by then
+      timeout $(( $(left) - 20 )) $PY bench/device/parity.py --out "$WORK/parity.json" \
+          --presets "${PARITY_PRESETS:-tiny,small}" --extra-bufts "$OUT/extra_bufts.json" 2>&1 \
+          | grep -E '^\[' | tail -40 | tee -a "$OUT/run.log" || note parity "parity run failed or cut short"
     fi
   fi
 fi

@@ -45,10 +45,11 @@ class DeviceMemory:
     compute: int | None = None
     free: int | None = None
     mapped: int = 0
+    graphs: int = 0  # the graph slots' compute buffers (patch 0401), allocated by the first small passes
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv + self.recurrent + (self.compute or 0)
+        return self.weights + self.kv + self.recurrent + (self.compute or 0) + self.graphs
 
     @property
     def fits(self) -> bool:
@@ -57,6 +58,8 @@ class DeviceMemory:
     def line(self) -> str:
         parts = [f"weights {size(self.weights)}", f"KV {size(self.kv)}", f"recurrent {size(self.recurrent)}"]
         parts.append(f"compute {size(self.compute)}")
+        if self.graphs:
+            parts.append(f"graph slots {size(self.graphs)}")
         free = f" of {size(self.free)} free" if self.free is not None else ""
         return f"{self.name} {size(self.total)} ({', '.join(parts)}){free}"
 
@@ -91,6 +94,7 @@ class MemoryEstimate:
                     "kv": d.kv,
                     "recurrent": d.recurrent,
                     "compute": d.compute,
+                    "graphs": d.graphs,
                     "total": d.total,
                     "free": d.free,
                 }
@@ -189,10 +193,12 @@ def estimate(
     gpus: Sequence[tuple[str, int | None]] = (),
     ram_free: int | None = None,
     compute: dict[str, int] | None = None,
+    graphs: dict[str, int] | None = None,
 ) -> MemoryEstimate:
     """The per-device needs. `gpus`: (name, free bytes) of the devices llama.cpp offloads to;
     `compute`: llama.cpp's reserved compute/output buffers by buffer type name (`*_Host` and
-    unknown names count as system RAM)."""
+    unknown names count as system RAM); `graphs`: the graph slots' compute buffers, by the same
+    names."""
     names = [g[0] for g in gpus]
     where = layer_devices(shape.n_layer, n_gpu_layers, names, [g[1] or 0 for g in gpus])
     devs = {CPU: DeviceMemory(CPU, free=ram_free)}
@@ -232,6 +238,8 @@ def estimate(
             d.compute = 0
         for buft, size in compute.items():
             devs[buft if buft in devs else CPU].compute += size  # type: ignore[operator]
+    for buft, size in (graphs or {}).items():
+        devs[buft if buft in devs else CPU].graphs += size
     used = [d for d in devs.values() if d.total or d.name == CPU]
     return MemoryEstimate(used, n_ctx=n_ctx, snapshots=snapshots)
 
@@ -310,11 +318,16 @@ def plan(
     shape = shape or ModelShape.read(path)
     snapshots = shape.block_size if speculative else 0
     gpus: list[tuple[str, int | None]] = []
-    compute = None
+    compute = graphs = None
     if unavailable() is None:
-        from .llama.placement import Params, compute_buffers, devices
+        from .llama.placement import Params, compute_buffers, devices, graph_slots
 
         gpus = [(d.name, d.free) for d in devices(placement.rpc_servers) if d.offload]
         params = Params(placement, n_gpu_layers, n_ctx, n_ubatch, n_rs_seq=snapshots)
         compute = compute_buffers(path, params) or None
-    return estimate(shape, placement, n_gpu_layers, n_ctx, snapshots, gpus, ram_available(), compute)
+        slots, rows = graph_slots()
+        if compute is not None and slots and rows:
+            # each slot's scheduler holds at most a reservation of `rows` rows
+            small = Params(placement, n_gpu_layers, n_ctx, min(rows, n_ubatch), n_rs_seq=snapshots)
+            graphs = {k: slots * v for k, v in compute_buffers(path, small, kinds=("compute",)).items()}
+    return estimate(shape, placement, n_gpu_layers, n_ctx, snapshots, gpus, ram_available(), compute, graphs)

@@ -30,7 +30,8 @@ def pristine(tmp_path_factory) -> Path:
 
 
 def test_series_is_numbered_and_in_format_patch_style():
-    # groups: 00xx the model (llama.cpp's src/), 01xx ggml-cuda kernels, 02xx ggml-cpu fixes, 03xx ggml-rpc;
+    # groups: 00xx the model (llama.cpp's src/), 01xx ggml-cuda kernels, 02xx ggml-cpu fixes, 03xx ggml-rpc,
+    # 04xx libllama's context;
     # each 1..n
     patches = build.series()
     groups: dict[int, list[Path]] = {}
@@ -45,27 +46,24 @@ def test_series_is_numbered_and_in_format_patch_style():
             assert head[0].startswith("From ") and head[3].startswith(numbered), p.name
 
 
-def test_kernel_patches_touch_only_ggml_cuda():
-    for p in build.series():
-        if p.name.startswith("01"):
-            files = [
-                line.split(" b/", 1)[1]
-                for line in p.read_text().splitlines()
-                if line.startswith("diff --git ")
-            ]
-            assert files and all(f.startswith("ggml/src/ggml-cuda/") for f in files), p.name
+def touched(p: Path) -> list[str]:
+    return [line.split(" b/", 1)[1] for line in p.read_text().splitlines() if line.startswith("diff --git ")]
 
 
-def test_rpc_patches_touch_only_ggml_rpc():
-    rpc = [p for p in build.series() if p.name.startswith("03")]
-    assert rpc
-    for p in rpc:
-        files = [
-            line.split(" b/", 1)[1] for line in p.read_text().splitlines() if line.startswith("diff --git ")
-        ]
-        assert files and all(
-            f.startswith("ggml/src/ggml-rpc/") or f == "ggml/include/ggml-rpc.h" for f in files
-        ), p.name
+@pytest.mark.parametrize(
+    ("group", "allowed"),
+    [
+        ("01", ("ggml/src/ggml-cuda/",)),
+        ("03", ("ggml/src/ggml-rpc/", "ggml/include/ggml-rpc.h")),
+        ("04", ("src/llama-context.cpp", "src/llama-context.h")),
+    ],
+)
+def test_independent_groups_touch_only_their_files(group, allowed):
+    members = [p for p in build.series() if p.name.startswith(group)]
+    assert members
+    for p in members:
+        files = touched(p)
+        assert files and all(f.startswith(allowed) for f in files), p.name
 
 
 def test_each_patch_applies_in_order_to_the_pristine_tree(pristine):

@@ -258,5 +258,20 @@ def test_info_shows_the_estimate_for_a_context_and_mode(gguf_factory):
     assert cpu["kv"] == len(shape_.attention_layers) * 4096 * (k * 34 / 32 + v * 2)
     assert cpu_spec["recurrent"] == 33 * cpu["recurrent"] > 0
     assert cpu["compute"] > 0 and plain["fits"]
+    # patch 0401's graph slots: four schedulers of their own, each at most a 64-row reservation
+    assert 0 < cpu["graphs"] <= 4 * cpu["compute"]
+    assert cpu["total"] == sum(cpu[k] for k in ("weights", "kv", "recurrent", "compute", "graphs"))
+
+
+@needs_llama
+def test_the_estimate_has_no_graph_slots_when_they_are_off(gguf_factory, monkeypatch):
+    from clover_local import memory
+
+    _, gguf = gguf_factory("tiny")
+    on = memory.plan(gguf, Placement(), 0, 2048).device(CPU)
+    monkeypatch.setenv("LLAMA_GRAPH_CACHE", "0")
+    off = memory.plan(gguf, Placement(), 0, 2048).device(CPU)
+    assert on.graphs > 0 and off.graphs == 0 and on.compute == off.compute
+    assert "graph slots" in on.line() and "graph slots" not in off.line()
     table = clover("info", str(gguf), "-c", "4096")
     assert "memory" in table.stdout and "context 4096" in table.stdout

@@ -200,6 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quants", default="f32,q8_0,q4_k_m")
     ap.add_argument("--presets", default="tiny,small", help="make_checkpoint presets (full-width: --layers)")
     ap.add_argument("--layers", type=int, default=4, help="layers of the full-width preset")
+    ap.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        metavar="PRESET=DIR",
+        help="a generated checkpoint to take",
+    )
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 3), help="per CPU verify")
     ap.add_argument("--extra-bufts", type=Path, help="extra_bufts_check.sh's JSON, kept in the result")
     ap.add_argument("--cpu-run", help=argparse.SUPPRESS)  # the CPU side of compare(), a JSON spec
@@ -215,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     from clover_local.llama import capi
 
     presets, quants = args.presets.split(","), args.quants.split(",")
+    given = dict(c.split("=", 1) for c in args.checkpoint)
     res: dict = {"presets": presets, "quants": quants, "files": {}, "cpu_verify": {}, "gpu_verify": {}}
     if not capi.PATCHED:
         res["skipped"] = "unpatched build"
@@ -229,19 +237,19 @@ def main(argv: list[str] | None = None) -> int:
     extra_bufts = json.loads(args.extra_bufts.read_text()) if has_bufts else None
     with tempfile.TemporaryDirectory(prefix="clover-parity-") as tmp:
         for preset in presets:
-            ck = Path(tmp) / f"ck-{preset}"
             full = preset == "full-width"
-            layers = ["--layers", str(args.layers)] if full else []
-            cmd = [
-                sys.executable,
-                "-m",
-                "clover_local.testing.make_checkpoint",
-                str(ck),
-                "--preset",
-                preset,
-                *layers,
-            ]
-            subprocess.run(cmd, check=True, capture_output=True)
+            ck = Path(given[preset]) if preset in given else Path(tmp) / f"ck-{preset}"
+            if preset not in given:
+                layers = ["--layers", str(args.layers)] if full else []
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "clover_local.testing.make_checkpoint",
+                    str(ck),
+                    "--preset",
+                    preset,
+                ]
+                subprocess.run([*cmd, *layers], check=True, capture_output=True)
             mask = int(json.loads((ck / "config.json").read_text()).get("mask_token_id", 0))
             res["files"][preset] = {}
             for q in quants:

@@ -7,6 +7,9 @@
 #
 # Environment (all optional):
 #   STAGES    comma list of build,gen,convert,baseline,clover,parity,cbench,nographs,spec (default: all but spec)
+#             slots: bench/graph_slots.py (the labelled simulations with patch 0401's slots on and off, in one
+#             process, with each pass shape's time) on the clover files of $SLOTS_LAYERS (default: the
+#             smallest), CUDA graphs on and off -> $OUT/slots-*.json
 #             spec: bench/spec_iterations.py on every clover file of the first quant under each of $SPEC's
 #             settings (same form as $SWEEP; default "slots:LLAMA_GRAPH_CACHE=4 one-graph:LLAMA_GRAPH_CACHE=0",
 #             patch 0401's graph slots on and off)
@@ -279,7 +282,7 @@ clover_bench() {  # $1 gguf, $2 tag: the runtime's own `clover bench` on the sam
     || { note "clover-bench-$2" "clover bench failed"; rm -f "$WORK/clover-bench-$2.json"; }
 }
 [ -n "${RETIME:-}" ] && rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
-if want baseline || want clover || want parity || want cbench || want nographs || want legacy || want sweep || want profile || want cpumoe || want ops || want spec; then
+if want baseline || want clover || want parity || want cbench || want nographs || want legacy || want sweep || want profile || want cpumoe || want ops || want spec || want slots; then
   wait_build || note timings "no CUDA wheel"
 fi
 # The image builds with /opt/gcc (its own GCC), whose libstdc++ need not be the one the dynamic
@@ -399,6 +402,18 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
       done
     done
   fi
+  if want slots && [ "$PATCHED" = 1 ]; then
+    for f in $(variants "$FIRSTQ" ""); do
+      [[ " ${SLOTS_LAYERS:-$LMIN} " == *" $(basename "$f" .gguf | cut -d- -f2) "* ]] || continue
+      for g in on off; do
+        log "slots: bench/graph_slots.py on $(basename "$f"), CUDA graphs $g"
+        ( [ $g = off ] && export GGML_CUDA_DISABLE_GRAPHS=1
+          $PY bench/graph_slots.py "$f" --out "$OUT/slots-$(basename "$f" .gguf)-graphs-$g.json" \
+            2> "$WORK/slots-$(basename "$f" .gguf)-$g.stderr" ) | tee -a "$OUT/run.log" \
+          || note "slots-$g" "graph_slots failed on $f"
+      done
+    done
+  fi
   # ---- GPU parity (tiny models, all layers offloaded) ----------------------------------------
   if want parity; then
     if [ "$PATCHED" != 1 ]; then note parity "unpatched build"
@@ -409,7 +424,8 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
       log "parity: clover verify on the CPU (extra buffer types on and off) and the GPU"
       # cut off before the budget ends; parity.json holds every file finished by then
       timeout $(( $(left) - 20 )) $PY bench/device/parity.py --out "$WORK/parity.json" \
-          --presets "${PARITY_PRESETS:-tiny,small}" --extra-bufts "$OUT/extra_bufts.json" 2>&1 \
+          --presets "${PARITY_PRESETS:-tiny,small}" --extra-bufts "$OUT/extra_bufts.json" \
+          $( [ "$LMAX" = 4 ] && [ -f "$CK/.done" ] && echo "--checkpoint full-width=$CK" ) 2>&1 \
           | grep -E '^\[' | tail -40 | tee -a "$OUT/run.log" || note parity "parity run failed or cut short"
     fi
   fi

@@ -7,7 +7,8 @@
 #
 #   bash bench/device/session.sh 1   # build, 8-layer checkpoint + Q4_K_M, baseline and clover timings (4, 8 layers),
 #                                    # spec_iterations with patch 0401's graph slots on and off
-#   bash bench/device/session.sh 2   # clover verify parity on CPU and GPU: tiny, small, full-width (4 layers)
+#   bash bench/device/session.sh 2   # 4-layer checkpoint + Q4_K_M, graph_slots (0401 on / off, CUDA graphs on / off),
+#                                    # clover verify parity on CPU and GPU: tiny, small, full-width (4 layers)
 #   bash bench/device/session.sh 3   # dense MMVQ column limit 8 / 32 / 64 (8 layers), profile, test-backend-ops
 #                                    # checks and op timings, experts on the CPU (--cpu-moe)
 set -u
@@ -15,7 +16,8 @@ call=${1:?which call: 1, 2 or 3}
 export QUANTS=q4_k_m
 case $call in
   1) STAGES=build,gen,convert,baseline,clover,spec LAYERS="4 8" BUDGET_S=560 bash bench/device/run.sh ;;
-  2) STAGES=build,parity PARITY_PRESETS=tiny,small,full-width BUDGET_S=570 bash bench/device/run.sh ;;
+  2) STAGES=build,gen,convert,slots,parity LAYERS=4 PARITY_PRESETS=tiny,small,full-width BUDGET_S=570 \
+     bash bench/device/run.sh ;;
   3) STAGES=build,gen,convert,sweep,profile,ops,cpumoe LAYERS="4 8" BUDGET_S=545 SWEEP_LAYERS=8 \
      SWEEP="cols8:GGML_CUDA_MMVQ_MAX_COLS=8 cols32:GGML_CUDA_MMVQ_MAX_COLS=32 cols64:GGML_CUDA_MMVQ_MAX_COLS=64" \
      PROFILE_PASSES="preview fused" bash bench/device/run.sh ;;

@@ -14,6 +14,7 @@ llama.cpp's default selection gives after its `--rpc` (`llama_model_load_from_sp
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -212,10 +213,22 @@ class Params:
 
 
 # llama.cpp's own report of what it reserves (llama-context.cpp `sched_reserve`, `llama_context`)
+GRAPH_SLOTS, GRAPH_SLOT_ROWS = 4, 64  # patch 0401's defaults
 _BUFFER_LINE = re.compile(r"(\S+)\s+(compute|output) buffer size =\s+([\d.]+) MiB")
 
 
-def compute_buffers(path: str | Path, params: Params) -> dict[str, int]:
+def graph_slots() -> tuple[int, int]:
+    """Patch 0401's graph slots: how many a context keeps and the most rows a slot's ubatch has
+    (llama.cpp reads LLAMA_GRAPH_CACHE and LLAMA_GRAPH_CACHE_TOKENS when a context is created)."""
+    env = os.environ
+    return int(env.get("LLAMA_GRAPH_CACHE", GRAPH_SLOTS)), int(
+        env.get("LLAMA_GRAPH_CACHE_TOKENS", GRAPH_SLOT_ROWS)
+    )
+
+
+def compute_buffers(
+    path: str | Path, params: Params, kinds: Sequence[str] = ("compute", "output")
+) -> dict[str, int]:
     """Bytes of compute (and output) buffers per buffer type that llama.cpp reserves for these
     parameters, measured by llama.cpp itself with `no_alloc` (weights and caches are not
     allocated, nothing is read beyond the metadata). Installs a log callback for the duration;
@@ -239,5 +252,6 @@ def compute_buffers(path: str | Path, params: Params) -> dict[str, int]:
     ll.llama_log_set(ll.llama_log_callback(), ctypes.c_void_p(0))
     out: dict[str, int] = {}
     for m in _BUFFER_LINE.finditer("".join(lines)):
-        out[m.group(1)] = out.get(m.group(1), 0) + int(float(m.group(3)) * 2**20)
+        if m.group(2) in kinds:
+            out[m.group(1)] = out.get(m.group(1), 0) + int(float(m.group(3)) * 2**20)
     return out

@@ -1,16 +1,17 @@
 """What patch 0401's graph slots change in the real loops: the labelled simulations on engines that
 differ only in `LLAMA_GRAPH_CACHE`, interleaved in one process, with the time of each pass shape.
 
-    python bench/graph_slots.py MODEL.gguf [--gpu-layers -1] [--settings "slots:4 one-graph:0"]
+    python bench/graph_slots.py MODEL.gguf [--gpu-layers -1] [--settings "one-graph:0 slots:4 ..."]
                                 [--reps 3] [--tokens 256] [--out graph_slots.json]
 
-One speculative engine per setting (the slot count is read when a context is created), loaded side
-by side; each repetition runs every simulation (block diffusion at k tokens per pass, speculative at
-a accepted) and the `ar` loop on every engine in turn, so a drift of the machine hits all settings
-alike. Prints the median tok/s per setting and the ratio to the first; for the speculative runs
-also the backend calls grouped by pass shape (causal rows + preview rows): calls, milliseconds,
-and llama.cpp's graph reuses. Run it once more with GGML_CUDA_DISABLE_GRAPHS=1 (read once per
-process) to see the CUDA graphs' part.
+One speculative engine per setting (`LLAMA_GRAPH_CACHE` and `LLAMA_GRAPH_CACHE_TOKENS` are read when
+a context is created; the default compares no slots, the ratios' base, with 4 slots and with one slot
+for one-row steps only), loaded side by side; each repetition runs every simulation (block diffusion
+at k tokens per pass, speculative at a accepted) and the `ar` loop on every engine in turn, so a
+drift of the machine hits all settings alike. Prints the median tok/s per setting and the ratio to
+the first; for the speculative runs also the backend calls grouped by pass shape (causal rows +
+preview rows): calls, milliseconds, and llama.cpp's graph reuses. Run it once more with
+GGML_CUDA_DISABLE_GRAPHS=1 (read once per process) to see the CUDA graphs' part.
 """
 
 from __future__ import annotations
@@ -86,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("model")
     ap.add_argument("--gpu-layers", type=int, default=-1)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--settings", default="slots:4 one-graph:0", help="tag:LLAMA_GRAPH_CACHE value, ...")
+    ap.add_argument(
+        "--settings",
+        default="one-graph:0 slots:4 steps:LLAMA_GRAPH_CACHE=1,LLAMA_GRAPH_CACHE_TOKENS=1",
+        help="tag:N (LLAMA_GRAPH_CACHE) or tag:VAR=V,VAR=V per engine, space-separated",
+    )
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--prefix", type=int, default=512)
@@ -94,8 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     settings = dict(s.split(":", 1) for s in args.settings.split())
     engines: dict[str, LlamaEngine] = {}
-    for tag, slots in settings.items():
-        os.environ["LLAMA_GRAPH_CACHE"] = slots
+    for tag, value in settings.items():
+        for var in ("LLAMA_GRAPH_CACHE", "LLAMA_GRAPH_CACHE_TOKENS"):
+            os.environ.pop(var, None)
+        pairs = (
+            [kv.split("=", 1) for kv in value.split(",")] if "=" in value else [["LLAMA_GRAPH_CACHE", value]]
+        )
+        os.environ.update(dict(pairs))
         engines[tag] = LlamaEngine(
             args.model,
             n_ctx=4096,
@@ -145,10 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     base = next(iter(engines))
     med = {tag: {name: statistics.median(v) for name, v in d.items()} for tag, d in tok_s.items()}
     print(f"{Path(args.model).name}: median tok/s over {args.reps} interleaved repetitions")
-    print("run".ljust(10) + "".join(f"{tag:>14}" for tag in engines) + f"{'ratio':>10}")
+    others = [t for t in engines if t != base]
+    print(
+        "run".ljust(10)
+        + "".join(f"{tag:>14}" for tag in engines)
+        + "".join(f"{t + '/' + base:>22}" for t in others)
+    )
     for name in runs:
-        ratio = " ".join(f"{med[t][name] / med[base][name]:.3f}" for t in engines if t != base)
-        print(name.ljust(10) + "".join(f"{med[t][name]:14.1f}" for t in engines) + f"{ratio:>10}")
+        ratios = "".join(f"{med[t][name] / med[base][name]:22.3f}" for t in others)
+        print(name.ljust(10) + "".join(f"{med[t][name]:14.1f}" for t in engines) + ratios)
     for tag in engines:
         for name, d in shapes[tag].items():
             top = ", ".join(

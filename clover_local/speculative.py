@@ -78,13 +78,14 @@ class DraftLength:
     At 0 the iterations are plain `ar` steps without a preview; after `probe_after` of them the
     length goes back to 1 to measure again, and every draft that finds nothing accepted multiplies
     that wait by `PROBE_BACKOFF` (up to `MAX_PROBE_GAP`), so a model whose drafts never agree costs
-    close to plain `ar`: a probe costs about ten `ar` steps on a GPU (its passes have shapes of
-    their own, so their graphs are built for them: docs/performance.md), two or three probes in the
-    first 256 tokens, then one per 256. Without `adaptive` it stays at `limit`.
+    close to plain `ar`: a probe costs about ten `ar` steps on a GPU (its two fused passes have
+    shapes the loop meets once in a few hundred tokens, so they run eagerly, or get captured as CUDA
+    graphs and hardly replayed: docs/performance.md); after a first draft that fails there is one
+    probe in the first 256 tokens, then one per 256. Without `adaptive` it stays at `limit`.
     """
 
     MAX_PATIENCE = 64
-    PROBE_BACKOFF = 4
+    PROBE_BACKOFF = 8
     MAX_PROBE_GAP = 256
 
     limit: int

@@ -319,14 +319,14 @@ def test_the_threshold_cuts_a_draft_before_its_first_unsure_row(model, mask_id):
 # -- the adaptive draft length ----------------------------------------------------------------------
 def test_draft_length_doubles_on_full_acceptance_drops_to_the_agreeing_run_and_probes():
     d = DraftLength(limit=7, probe_after=2)
-    steps = [(7, 3), (0, 0), (3, 3), (6, 6), (7, 0)]  # -> 3, 3, 6, 7, 0 (a miss: the next wait is 2 x 4)
-    steps += [(0, 0)] * 8 + [(1, 0)]  # AR steps, then a probe that finds nothing (the wait: 8 x 4)
-    steps += [(0, 0)] * 32 + [(1, 1), (1, 1), (2, 2)]  # the probe agrees: a doubling failed, so it
+    steps = [(7, 3), (0, 0), (3, 3), (6, 6), (7, 0)]  # -> 3, 3, 6, 7, 0 (a miss: the next wait is 2 x 8)
+    steps += [(0, 0)] * 16 + [(1, 0)]  # AR steps, then a probe that finds nothing (the wait: 16 x 8)
+    steps += [(0, 0)] * 128 + [(1, 1), (1, 1), (2, 2)]  # the probe agrees: a doubling failed, so it
     trace = []  # takes 2 full acceptances to double (1, 2), then a kept doubling resets that to 1 (4)
     for drafted, accepted in steps:
         d.update(drafted, accepted)
         trace.append(d.length)
-    assert trace == [3, 3, 6, 7, 0] + [0] * 7 + [1, 0] + [0] * 31 + [1, 1, 2, 4]
+    assert trace == [3, 3, 6, 7, 0] + [0] * 15 + [1, 0] + [0] * 127 + [1, 1, 2, 4]
     assert d.after_full_acceptance() == 7
     for _ in range(12):  # misses only: the wait between probes stops growing at MAX_PROBE_GAP
         d.update(d.length, 0)

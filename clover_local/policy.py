@@ -155,28 +155,50 @@ def adjustment(
 
 class RunningAdjustment:
     """`adjustment(s, V, prompt, response)` for a response that grows one token at a time (the `ar`
-    loop): the sorted distinct tokens, their counts and the think state are kept, so a step costs
-    O(distinct tokens) instead of counting the whole response again."""
+    loop): the entries before the ramps are kept sorted and updated in place per token, so a step
+    costs a few small numpy calls whatever the response's length, not a recount of it (issue 11:
+    the loop's host time per token)."""
 
     def __init__(self, s: DecodingSettings, vocab_size: int, prompt: Sequence[int]):
         self.s, self.vocab_size = s, vocab_size
-        self.seen: list[int] = []  # sorted
-        self.counts: list[int] = []
+        self.counts: dict[int, int] = {}
         self.n_generated = 0
         self.inside = thinking(prompt, [], s)
+        ids, values = _penalty_entries(s, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        # sorted ids (a list, for bisect) and the first len(ids) rows of the buffers
+        self._sorted = [int(t) for t in ids]
+        self._ids_buf = np.resize(ids, max(64, 2 * len(ids)))
+        self._values_buf = np.resize(values, (len(self._ids_buf), 3))
+        self._ids = ids  # the current ids as an array of their own (replaced when an id is added)
+        self._rows: dict[int, tuple[float, float, float]] = {}  # the entry of a token seen n times
         # the last adjustment and what it was computed from: with neutral penalties and no ramp under
         # way a step's adjustment is the previous one (the loop's host time per token, on every backend)
         self._last: tuple[tuple, LogitAdjustment] | None = None
 
     def append(self, token: int) -> None:
-        i = bisect.bisect_left(self.seen, token)
-        if i < len(self.seen) and self.seen[i] == token:
-            self.counts[i] += 1
-        else:
-            self.seen.insert(i, token)
-            self.counts.insert(i, 1)
+        n = self.counts[token] = self.counts.get(token, 0) + 1
         self.n_generated += 1
         self.inside = thinking_after(self.inside, token, self.s)
+        if penalised(self.s):
+            self._count(token, n)
+
+    def _count(self, token: int, n: int) -> None:
+        """`_penalty_entries` after the n-th occurrence of `token`: its row, inserted when new."""
+        row = self._rows.get(n) or self._rows.setdefault(n, _seen_row(self.s, n))
+        if token == self.s.mask_token_id:
+            row = (row[0], row[1], -np.inf)
+        i, m = bisect.bisect_left(self._sorted, token), len(self._sorted)
+        if i < m and self._sorted[i] == token:
+            self._values_buf[i] = row
+            return
+        if m == len(self._ids_buf):
+            self._ids_buf = np.resize(self._ids_buf, 2 * m)
+            self._values_buf = np.resize(self._values_buf, (2 * m, 3))
+        self._sorted.insert(i, token)
+        self._ids_buf[i + 1 : m + 1] = self._ids_buf[i:m]
+        self._values_buf[i + 1 : m + 1] = self._values_buf[i:m]
+        self._ids_buf[i], self._values_buf[i] = token, row
+        self._ids = self._ids_buf[: m + 1].copy()
 
     def adjustment(self) -> LogitAdjustment:
         s = self.s
@@ -186,10 +208,18 @@ class RunningAdjustment:
             self.inside and ramp(self.n_generated, s.max_new_tokens, s.think_ramp_start, s.think_ramp_max),
         )
         if self._last is None or self._last[0] != key:
-            seen, n = np.array(self.seen, dtype=np.int64), np.array(self.counts, dtype=np.int64)
-            entries = _entries_of_counts(s, seen, n, self.n_generated, self.inside)
-            self._last = key, _in_vocab(*entries, self.vocab_size)
+            values = self._values_buf[: len(self._ids)].copy()  # the buffer changes with every token
+            values = _ramped(s, self._ids, values, self.n_generated, self.inside)
+            self._last = key, _in_vocab(self._ids, values, self.vocab_size)
         return self._last[1]
+
+
+def _seen_row(s: DecodingSettings, n: int) -> tuple[float, float, float]:
+    """The entry of a token seen n times, in the float32 arithmetic of `_penalty_entries` (equal bit
+    for bit)."""
+    f32 = np.float32
+    bias = f32(0) - (f32(s.presence_penalty) + f32(s.frequency_penalty) * f32(n))
+    return float(f32(1.0 / s.repetition_penalty)), float(f32(s.repetition_penalty)), float(bias)
 
 
 def penalised(s: DecodingSettings) -> bool:
@@ -276,10 +306,17 @@ def _entries_of_counts(
     """The adjustment's formula from the response's token counts (`seen` sorted, `n` their counts),
     its length and whether it ends inside a think section: sorted ids and their [n, 3] values.
     Seen tokens get no entry when the penalties leave them as they are."""
+    ids, values = _penalty_entries(s, seen, n)
+    return ids, _ramped(s, ids, values, n_generated, inside_think)
+
+
+def _penalty_entries(s: DecodingSettings, seen: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The entries before the ramps: the seen tokens' penalties, the special tokens' rows, the
+    mask's -inf bias."""
     if not penalised(s):
         seen, n = seen[:0], n[:0]
     special = [s.mask_token_id, *s.stop_token_ids, *([] if s.think_end_id is None else [s.think_end_id])]
-    ids = np.concatenate([seen, special])
+    ids = np.concatenate([seen, special]).astype(np.int64)
     ids.sort()
     ids = ids[np.concatenate([[True], ids[1:] != ids[:-1]])]  # the sorted union
     values = _identity_values(len(ids))
@@ -288,6 +325,16 @@ def _entries_of_counts(
     pos_scale[at] = 1.0 / s.repetition_penalty
     neg_scale[at] = s.repetition_penalty
     bias[at] -= s.presence_penalty + s.frequency_penalty * n.astype(np.float32)
+    bias[np.searchsorted(ids, s.mask_token_id)] = -np.inf  # -inf absorbs every other term
+    return ids, values
+
+
+def _ramped(
+    s: DecodingSettings, ids: np.ndarray, values: np.ndarray, n_generated: int, inside_think: bool
+) -> np.ndarray:
+    """`values` (changed in place) with the stop ramp on the stop tokens and, while thinking, the
+    think ramp on `</think>`, at `n_generated` tokens."""
+    bias = values[:, 2]
     stop_bias = ramp(n_generated, s.max_new_tokens, s.stop_ramp_start, s.stop_ramp_max)
     if stop_bias and s.stop_token_ids:
         bias[np.searchsorted(ids, s.stop_token_ids)] += stop_bias
@@ -295,8 +342,7 @@ def _entries_of_counts(
         bias[np.searchsorted(ids, s.think_end_id)] += ramp(
             n_generated, s.max_new_tokens, s.think_ramp_start, s.think_ramp_max
         )
-    bias[np.searchsorted(ids, s.mask_token_id)] = -np.inf  # -inf absorbs every other term
-    return ids, values
+    return values
 
 
 def block_extent(block: Sequence[int], s: DecodingSettings, remaining: int) -> tuple[int, bool]:

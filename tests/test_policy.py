@@ -134,15 +134,20 @@ def test_thinking_follows_the_last_think_tag():
         {},  # neutral penalties, no ramp: the same adjustment every step
         {"presence_penalty": 0.5, "frequency_penalty": 0.25, "repetition_penalty": 1.3},
         {"stop_ramp_start": 0.25, "stop_ramp_max": 4.0, "think_ramp_start": 0.5, "think_ramp_max": 2.0},
+        # float32 rounding of the counted rows against the vectorised formula, ramps on the same rows
+        {"presence_penalty": 0.1, "frequency_penalty": 0.3, "repetition_penalty": 1.1, "stop_ramp_start": 0.1,
+         "stop_ramp_max": 3.3, "think_ramp_start": 0.2, "think_ramp_max": 0.7},
     ],
-)
+)  # fmt: skip
 def test_running_adjustment_equals_the_adjustment_of_the_whole_response(kw):
     s = settings(stop_token_ids=(3,), think_start_id=5, think_end_id=6, **kw)
     vocab, prompt = V, [1, 5, 2]  # the prompt ends inside a think section
     running = policy.RunningAdjustment(s, vocab, prompt)
     rng = np.random.default_rng(0)
     response: list[int] = []
-    for token in [*rng.integers(7, 20, size=30), 6, *rng.integers(7, 20, size=20)]:
+    # seen tokens new and repeated, then the special ones too: the stop token, </think>, the mask
+    tokens = [*rng.integers(7, 20, size=30), 6, *rng.integers(7, 20, size=20), 3, MASK, 3, 99, 0]
+    for token in tokens:
         expected = policy.adjustment(s, vocab, prompt, response).vectors()
         got = running.adjustment().vectors()
         for e, g in zip(expected, got, strict=True):

@@ -29,8 +29,9 @@
 #             extrabufts: ggml-cpu's AMX / CPU_REPACK matmuls against plain buffers, the pinned
 #             kernel and patch 0201, in a native CPU-only ggml build (bench/device/extra_bufts_check.sh)
 #             parity: `clover verify` on CPU (extra buffer types on and off) and GPU, presets
-#             $PARITY_PRESETS (default tiny,small; full-width = 4 layers), cut off 20 s before the budget
-#             ends (parity.json keeps every file finished)
+#             $PARITY_PRESETS (default tiny,small; full-width = 4 layers), file types $PARITY_QUANTS
+#             (default f32,q8_0,q4_k_m), cut off 20 s before the budget ends (parity.json keeps every
+#             file finished; a full-width file's three verifies take more than 5 minutes: one type a call)
 #             ops: test-backend-ops with the cases of kernels-test-cases.patch (compiled while the
 #             build runs, linked to the built libraries): the changed CUDA ops checked against the CPU
 #             (eval), then timed with the 01xx kernels and with GGML_CUDA_CLOVER_LEGACY=1 (perf), by
@@ -424,7 +425,8 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
       log "parity: clover verify on the CPU (extra buffer types on and off) and the GPU"
       # cut off before the budget ends; parity.json holds every file finished by then
       timeout $(( $(left) - 20 )) $PY bench/device/parity.py --out "$WORK/parity.json" \
-          --presets "${PARITY_PRESETS:-tiny,small}" --extra-bufts "$OUT/extra_bufts.json" \
+          --presets "${PARITY_PRESETS:-tiny,small}" --quants "${PARITY_QUANTS:-f32,q8_0,q4_k_m}" \
+          --extra-bufts "$OUT/extra_bufts.json" \
           $( [ "$LMAX" = 4 ] && [ -f "$CK/.done" ] && echo "--checkpoint full-width=$CK" ) 2>&1 \
           | grep -E '^\[' | tail -40 | tee -a "$OUT/run.log" || note parity "parity run failed or cut short"
     fi

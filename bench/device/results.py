@@ -35,6 +35,9 @@ METRICS = (
     "commit_ms_per_block",
     "fused_pass_ms",
     *(f"preview_coreset_{n}_ms" for n in (8, 16, 32, 64, 128, 256)),
+    # the loops' time per token (1000 / tok/s of the ar loop and the labelled speculative runs)
+    "ar_loop_ms_per_token",
+    *(f"spec_a{a}_ms_per_token" for a in (0, 1, 2)),
 )
 # <arch>-<layers>-<quant>[-<variant>]; a variant (e.g. nographs: CUDA graphs off) is fitted on its own
 TAG = re.compile(r"^(?P<arch>clover|qwen35moe)-(?P<layers>\d+)-(?P<quant>[a-z0-9_]+(?:-[a-z0-9]+)?)$")
@@ -141,17 +144,33 @@ def use_default_chunk(e: dict) -> None:
         e[f"preview_coreset_{n}_ms"] = ms
 
 
-def summarize(res: dict) -> None:
-    """Fits and headline fields from res["runs"] (in place)."""
-    runs = res["runs"]
-    # fits per (arch, quant)
+def per_token(r: dict) -> dict:
+    """The loops' ms per token of a run entry, to fit over the layer counts like the passes."""
+    out = {}
+    if r.get("ar_loop_tok_s"):
+        out["ar_loop_ms_per_token"] = 1000 / r["ar_loop_tok_s"]
+    for a, tok_s in (r.get("spec_tok_s_by_accept") or {}).items():
+        if tok_s:
+            out[f"spec_a{a}_ms_per_token"] = 1000 / tok_s
+    return out
+
+
+def fits_of(runs: list[dict]) -> dict:
+    """The linear fits over the layer counts, per (arch, quant) and metric."""
     fits: dict = {}
     for r in runs:
         key = f"{r['arch']}/{r['quant']}"
+        values = {**r, **per_token(r)}
         for mname in METRICS:
-            if isinstance(r.get(mname), (int, float)) and r.get("layers"):
-                fits.setdefault(key, {}).setdefault(mname, []).append((r["layers"], r[mname]))
-    res["fits"] = {k: {m: fit(p) for m, p in v.items()} for k, v in fits.items()}
+            if isinstance(values.get(mname), (int, float)) and r.get("layers"):
+                fits.setdefault(key, {}).setdefault(mname, []).append((r["layers"], values[mname]))
+    return {k: {m: fit(p) for m, p in v.items()} for k, v in fits.items()}
+
+
+def summarize(res: dict) -> None:
+    """Fits and headline fields from res["runs"] (in place)."""
+    runs = res["runs"]
+    res["fits"] = fits_of(runs)
     # headline fields: the largest clover-moe run of the first quant, else the baseline's
     # (never a placement variant: those go under cpu_moe)
     quants = [r["quant"] for r in runs if r["quant"] and "-cpumoe" not in r["quant"]]
@@ -456,7 +475,7 @@ def goals(d: dict) -> list[str]:
                 f"ar loop / upstream AR tok/s {ar['ar_loop_ratio']:.2f} (upstream's step timed around it)",
             ]
         out += ["", f"Goals at {layers} layers ({d.get('quant')}): " + "; ".join(items) + "."]
-    fits = d.get("fits", {})
+    fits = fits_of(d["runs"]) if d.get("runs") else d.get("fits", {})  # files saved before a metric existed
 
     def at40(arch: str, m: str) -> float | None:
         f = fits.get(f"{arch}/{d.get('quant')}", {}).get(m)
@@ -481,6 +500,12 @@ def goals(d: dict) -> list[str]:
                 # a block of 32: ceil(32/k) previews, the first riding on the previous block's fused pass
                 ms = (-(-32 // k) - 1) * pv40 + fu40
                 items.append(f"derived e2e k={k} {32 / ms * up40:.2f}x upstream AR (goal >= {goal})")
+        loops = {"ar loop": "ar_loop", "speculative a=0": "spec_a0", "speculative a=1": "spec_a1"}
+        loops["speculative a=2"] = "spec_a2"
+        for (name, m), goal in zip(loops.items(), (">= 0.95", ">= 0.95", ">= 1.5", ">= 2"), strict=True):
+            ms = at40("clover-moe", f"{m}_ms_per_token")
+            if ms:
+                items.append(f"{name} (fit of ms per token) {up40 / ms:.2f}x upstream AR (goal {goal})")
         out += [
             "",
             "Extrapolated to 40 layers (linear fits; e2e derived from pass costs): " + "; ".join(items) + ".",

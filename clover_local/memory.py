@@ -324,10 +324,9 @@ def plan(
 
         gpus = [(d.name, d.free) for d in devices(placement.rpc_servers) if d.offload]
         params = Params(placement, n_gpu_layers, n_ctx, n_ubatch, n_rs_seq=snapshots)
-        compute = compute_buffers(path, params) or None
         slots, rows = graph_slots()
-        if compute is not None and slots and rows:
-            # each slot's scheduler holds at most a reservation of `rows` rows
-            small = Params(placement, n_gpu_layers, n_ctx, min(rows, n_ubatch), n_rs_seq=snapshots)
-            graphs = {k: slots * v for k, v in compute_buffers(path, small, kinds=("compute",)).items()}
+        reserved, slot = compute_buffers(path, params, slot_rows=rows if slots else 0)
+        compute = reserved or None
+        if compute is not None and slot:
+            graphs = {k: slots * v for k, v in slot.items()}  # each slot holds at most a `rows` reservation
     return estimate(shape, placement, n_gpu_layers, n_ctx, snapshots, gpus, ram_available(), compute, graphs)

@@ -184,7 +184,9 @@ class RunningAdjustment:
 
     def _count(self, token: int, n: int) -> None:
         """`_penalty_entries` after the n-th occurrence of `token`: its row, inserted when new."""
-        row = self._rows.get(n) or self._rows.setdefault(n, _seen_row(self.s, n))
+        if n not in self._rows:
+            self._rows[n] = _seen_row(self.s, n)
+        row = self._rows[n]
         if token == self.s.mask_token_id:
             row = (row[0], row[1], -np.inf)
         i, m = bisect.bisect_left(self._sorted, token), len(self._sorted)

@@ -52,6 +52,6 @@ def test_slots_reuse_graphs_with_identical_results(gguf_factory, monkeypatch):
     assert len(rebuilt) == len(slotted)
     for a, b in zip(rebuilt, slotted, strict=True):
         np.testing.assert_array_equal(a, b)
-    # one slot: every pass changes shape, nothing is reused; four: the three pass shapes stay built
+    # no slots (one graph): every pass changes shape, nothing is reused; four: every shape stays built
     assert reused_off == 0
     assert reused_on >= 3 * (ROUNDS - 1)

@@ -261,6 +261,8 @@ def test_info_shows_the_estimate_for_a_context_and_mode(gguf_factory):
     # patch 0401's graph slots: four schedulers of their own, each at most a 64-row reservation
     assert 0 < cpu["graphs"] <= 4 * cpu["compute"]
     assert cpu["total"] == sum(cpu[k] for k in ("weights", "kv", "recurrent", "compute", "graphs"))
+    table = clover("info", str(gguf), "-c", "4096")
+    assert "memory" in table.stdout and "context 4096" in table.stdout
 
 
 @needs_llama
@@ -273,5 +275,3 @@ def test_the_estimate_has_no_graph_slots_when_they_are_off(gguf_factory, monkeyp
     off = memory.plan(gguf, Placement(), 0, 2048).device(CPU)
     assert on.graphs > 0 and off.graphs == 0 and on.compute == off.compute
     assert "graph slots" in on.line() and "graph slots" not in off.line()
-    table = clover("info", str(gguf), "-c", "4096")
-    assert "memory" in table.stdout and "context 4096" in table.stdout

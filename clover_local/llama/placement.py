@@ -227,31 +227,44 @@ def graph_slots() -> tuple[int, int]:
 
 
 def compute_buffers(
-    path: str | Path, params: Params, kinds: Sequence[str] = ("compute", "output")
-) -> dict[str, int]:
+    path: str | Path, params: Params, slot_rows: int = 0
+) -> tuple[dict[str, int], dict[str, int]]:
     """Bytes of compute (and output) buffers per buffer type that llama.cpp reserves for these
     parameters, measured by llama.cpp itself with `no_alloc` (weights and caches are not
-    allocated, nothing is read beyond the metadata). Installs a log callback for the duration;
-    the caller's own callback must be set again afterwards (the engine sets its own)."""
+    allocated, nothing is read beyond the metadata); with `slot_rows`, also the compute buffers of
+    a context reserved for ubatches of that many rows (what one graph slot holds at most), from the
+    same model load. Installs a log callback for the duration; the caller's own callback must be set
+    again afterwards (the engine sets its own)."""
     lines: list[str] = []
 
     @ll.llama_log_callback
     def keep(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         lines.append(text.decode("utf-8", "replace"))
 
+    def reserved(cparams: Any, kinds: tuple[str, ...]) -> dict[str, int]:
+        lines.clear()
+        ctx = ll.llama_init_from_model(model, cparams)
+        if ctx:
+            ll.llama_free(ctx)
+        out: dict[str, int] = {}
+        for m in _BUFFER_LINE.finditer("".join(lines)):
+            if m.group(2) in kinds:
+                out[m.group(1)] = out.get(m.group(1), 0) + int(float(m.group(3)) * 2**20)
+        return out
+
     ll.llama_log_set(keep, ctypes.c_void_p(0))
     ll.llama_backend_init()
     params.model.no_alloc = True
     params.model.load_mode = ll.LLAMA_LOAD_MODE_NONE  # mlock of a no_alloc load fails an assert; mmap is moot
     model = ll.llama_model_load_from_file(str(path).encode(), params.model)
-    ctx = ll.llama_init_from_model(model, params.context) if model else None
-    if ctx:
-        ll.llama_free(ctx)
+    main: dict[str, int] = {}
+    slots: dict[str, int] = {}
     if model:
+        main = reserved(params.context, ("compute", "output"))
+        if slot_rows:
+            small = type(params.context).from_buffer_copy(params.context)
+            small.n_ubatch = min(slot_rows, params.context.n_ubatch)
+            slots = reserved(small, ("compute",))
         ll.llama_model_free(model)
     ll.llama_log_set(ll.llama_log_callback(), ctypes.c_void_p(0))
-    out: dict[str, int] = {}
-    for m in _BUFFER_LINE.finditer("".join(lines)):
-        if m.group(2) in kinds:
-            out[m.group(1)] = out.get(m.group(1), 0) + int(float(m.group(3)) * 2**20)
-    return out
+    return main, slots

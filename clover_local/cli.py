@@ -417,6 +417,14 @@ def verify(
             help="CPU weights in plain buffers (no AMX / repacked layouts), as llama.cpp's.",
         ),
     ] = False,
+    reference_cache: Annotated[
+        Path | None,
+        typer.Option(
+            "--reference-cache",
+            help="An .npz that keeps the reference's results: checks of other files or backends of"
+            " the same checkpoint, prompt and token count reuse them instead of recomputing.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     *,
     options: list[dict[str, Any]],
@@ -445,6 +453,7 @@ def verify(
             n_threads=threads,
             placement=Placement.from_llama_kwargs(**placement_kwargs(**placing)),
             extra_buffer_types=not no_repack,
+            reference_cache=reference_cache,
         )
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))

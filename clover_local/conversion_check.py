@@ -31,6 +31,10 @@ agreement is always reported, and judged only where the logits must match to flo
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import json
+import os
+import zipfile
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -234,6 +238,110 @@ class ConversionReport:
         return {**asdict(self), "passed": self.passed}
 
 
+REFERENCE_RUN_VERSION = 1  # bump when what `ReferenceRun.compute` returns changes
+
+
+@dataclass
+class ReferenceRun:
+    """The float64 reference's side of a check: each pass's logits and expert choices, and its
+    greedy generation.
+
+    It depends only on the checkpoint, the passes' tokens and the decoding settings, not on the
+    file checked, so the files and backends of one checkpoint can share one (`of`'s cache): at
+    full width the reference needs ~35 GB and minutes, the runtime's side seconds."""
+
+    logits: dict[str, np.ndarray]  # per pass name, [rows, vocab]
+    topk: dict[str, dict[str, np.ndarray]]  # per pass name, `ffn_moe_topk-<layer>` -> [rows, k]
+    generated: list[int]
+
+    @classmethod
+    def compute(
+        cls, checkpoint_dir: str | Path, inputs: dict[str, Sequence[int]], settings: DecodingSettings
+    ) -> ReferenceRun:
+        """`inputs`: each pass's tokens, "preview" for the preview pass, any other name a causal
+        pass from the empty state; the generation continues `inputs["causal"]`."""
+        ref = ReferenceModel.from_checkpoint(checkpoint_dir)
+        state = ref.new_state()
+        logits, topk = {}, {}
+        for name, tokens in inputs.items():
+            record: dict[str, np.ndarray] = {}
+            ref_pass = ref.preview if name == "preview" else ref.commit
+            logits[name] = ref_pass(tokens, state, record=record)
+            topk[name] = {k: v for k, v in record.items() if k.startswith(TOPK_NODE + "-")}
+        generated = list(complete(NumpyBackend(ref), inputs["causal"], settings).tokens)
+        return cls(logits, topk, generated)
+
+    @classmethod
+    def of(
+        cls,
+        checkpoint_dir: str | Path,
+        inputs: dict[str, Sequence[int]],
+        settings: DecodingSettings,
+        cache: str | Path | None = None,
+    ) -> ReferenceRun:
+        """The run from `cache` when it holds this checkpoint's run of these inputs, else computed
+        (and written to `cache`, replacing what it held)."""
+        if cache is None:
+            return cls.compute(checkpoint_dir, inputs, settings)
+        key = cls.key(checkpoint_dir, inputs, settings)
+        found = cls.load(cache, key)
+        if found is None:
+            found = cls.compute(checkpoint_dir, inputs, settings)
+            found.save(cache, key)
+        return found
+
+    @staticmethod
+    def key(checkpoint_dir: str | Path, inputs: dict[str, Sequence[int]], settings: DecodingSettings) -> str:
+        """What the run depends on: the checkpoint's files (names, sizes, modification times),
+        the inputs, the settings and `REFERENCE_RUN_VERSION`."""
+        files = sorted(Path(checkpoint_dir).iterdir())
+        what = {
+            "version": REFERENCE_RUN_VERSION,
+            "files": [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()],
+            "inputs": {k: [int(t) for t in v] for k, v in inputs.items()},
+            "settings": repr(settings),
+        }
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+    def save(self, path: str | Path, key: str) -> None:
+        """Write the run as an .npz (a temporary name, then a rename)."""
+        arrays = {"key": np.array(key), "generated": np.array(self.generated, dtype=np.int64)}
+        for name, logits in self.logits.items():
+            arrays[f"logits.{name}"] = logits
+            arrays |= {f"topk.{name}.{layer}": ids for layer, ids in self.topk[name].items()}
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, path: str | Path, key: str) -> ReferenceRun | None:
+        """The run in `path`, None when there is none or it was made for something else."""
+        if not Path(path).is_file():
+            return None
+        logits: dict[str, np.ndarray] = {}
+        topk: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
+        try:
+            with np.load(path) as z:
+                if str(z["key"]) != key:
+                    return None
+                for k in z.files:
+                    kind, _, rest = k.partition(".")
+                    if kind == "logits":
+                        logits[rest] = z[k]
+                    elif kind == "topk":
+                        name, _, layer = rest.partition(".")
+                        topk[name][layer] = z[k]
+                generated = [int(t) for t in z["generated"]]
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):  # not a run of ours: recompute
+            return None
+        return cls(logits, {name: topk[name] for name in logits}, generated)
+
+
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     """The first position where two token lists differ (the shorter one's length if one extends
     the other), None when they are equal."""
@@ -317,12 +425,14 @@ def check_conversion(
     log: bool = False,
     placement: Placement | None = None,
     extra_buffer_types: bool = True,
+    reference_cache: str | Path | None = None,
 ) -> ConversionReport:
     """Run the checks; the runtime defaults (no flash attention, F32 K/V) make F32 logits comparable.
 
     `log` leaves llama.cpp's log on stderr (`LlamaEngine`); `placement`: where the weights live
     (its flash attention and cache types give way to `flash_attn` and `f32_cache`);
-    `extra_buffer_types=False` runs CPU matmuls on plain weight buffers (no AMX / repacked layouts).
+    `extra_buffer_types=False` runs CPU matmuls on plain weight buffers (no AMX / repacked layouts);
+    `reference_cache`: an .npz that keeps the reference's side (`ReferenceRun`) for the next check.
     """
     from .llama.engine import LlamaEngine
 
@@ -338,19 +448,18 @@ def check_conversion(
     block = [ids[i % len(ids)] if i % 2 == 0 else mask for i in range(ckpt.model.block_size)]
     resolved = [ids[i % len(ids)] for i in range(ckpt.model.block_size)]
 
-    ref = ReferenceModel.from_checkpoint(reference_checkpoint_dir)
-    state = ref.new_state()
     settings = DecodingSettings.from_defaults(ckpt.generation, mask, max_new_tokens=max_new_tokens)
+    inputs = {"causal": ids, "preview": block, "commit": resolved}
+    expected = ReferenceRun.of(reference_checkpoint_dir, inputs, settings, reference_cache)
     info = read_info(gguf_path)
     ftype, speculative_check = info.file_type, info.has_diffusion_tensors
     backend = "gpu" if n_gpu_layers != 0 else "cpu"
     tol = tolerance(ftype, backend)
     routing = RoutingRecorder()
 
-    def measure(got: np.ndarray, ref_pass, tokens: Sequence[int]) -> PassMetrics:
-        record: dict[str, np.ndarray] = {}
-        expected = ref_pass(tokens, state, record=record)
-        return PassMetrics.of(got, expected, routing_flips(routing.take(), record, len(expected)))
+    def measure(got: np.ndarray, name: str) -> PassMetrics:
+        ref = expected.logits[name]
+        return PassMetrics.of(got, ref, routing_flips(routing.take(), expected.topk[name], len(ref)))
 
     with LlamaEngine(
         gguf_path,
@@ -365,9 +474,9 @@ def check_conversion(
         eval_callback=routing,
         extra_buffer_types=extra_buffer_types,
     ) as eng:
-        causal = measure(eng.causal_logits(ids), ref.commit, ids)
-        preview = measure(eng.preview_logits(block), ref.preview, block)
-        commit = measure(eng.causal_logits(resolved), ref.commit, resolved)
+        causal = measure(eng.causal_logits(ids), "causal")
+        preview = measure(eng.preview_logits(block), "preview")
+        commit = measure(eng.causal_logits(resolved), "commit")
         got = list(complete(eng, ids, settings).tokens)
         ar = spec = None
         margin = None
@@ -379,7 +488,6 @@ def check_conversion(
                 adj = policy.adjustment(settings, eng.vocab_size, ids, ar[:first])
                 margin = one_row_margin(eng, [*ids, *ar[:first]], ar[first], spec[first], adj)
         routing.take()
-    expected = list(complete(NumpyBackend(ref), ids, settings).tokens)
 
     report = ConversionReport(
         str(gguf_path),
@@ -391,8 +499,8 @@ def check_conversion(
         preview,
         commit,
         got,
-        expected,
-        agreement(got, expected),
+        expected.generated,
+        agreement(got, expected.generated),
     )
     if speculative_check:
         report.speculative_identical = ar == spec

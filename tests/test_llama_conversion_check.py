@@ -106,6 +106,51 @@ def test_clover_verify_command_passes_a_conversion_and_fails_a_mismatch(checkpoi
     assert "FAIL" in other.stdout and "KL" in other.stdout
 
 
+def test_a_reference_cache_serves_the_next_check_of_the_same_checkpoint(checkpoint_factory, tmp_path):
+    """The second file of a checkpoint takes the reference's results from the cache (the reference
+    is not loaded: it would fail here) and gets the verdict it gets without the cache; another
+    prompt, or a cache that is not one, recomputes and replaces the file."""
+    import subprocess
+    import sys
+
+    ckpt = checkpoint_factory("tiny")
+    f32, q8 = gguf(ckpt, tmp_path, "f32"), gguf(ckpt, tmp_path, "q8_0")
+    cache = tmp_path / "ref.npz"
+    args = ["verify", "-n", "8", "-t", "2", "-r", str(ckpt), "--json", "--reference-cache", str(cache)]
+
+    def verify(*extra: str, reference: bool = True) -> subprocess.CompletedProcess:
+        # without `reference` the float64 reference cannot be loaded: a cache miss ends in an error
+        blocked = (
+            ""
+            if reference
+            else "import clover_local.reference.model as m; m.ReferenceModel.from_checkpoint = None; "
+        )
+        cli = blocked + "import sys; from clover_local.cli import app; sys.argv[0] = 'clover'; app()"
+        return subprocess.run([sys.executable, "-c", cli, *args, *extra], capture_output=True, text=True)
+
+    first = verify(str(f32))
+    assert first.returncode == 0, first.stderr
+    assert cache.is_file() and not list(tmp_path.glob(".ref.npz.*"))
+    second = verify(str(q8), reference=False)
+    assert second.returncode == 0, second.stderr
+    plain = subprocess.run(
+        [sys.executable, "-m", "clover_local.cli", *args[:-2], str(q8)], capture_output=True, text=True
+    )
+    assert plain.returncode == 0, plain.stderr
+    with_cache, without = json.loads(second.stdout), json.loads(plain.stdout)
+    assert with_cache["reference_generated"] == without["reference_generated"]
+    for name in ("causal", "preview", "commit"):
+        assert with_cache[name] == without[name]
+    assert with_cache["passed"] is without["passed"] is True
+
+    assert verify(str(q8), "-p", "another prompt", reference=False).returncode != 0  # a miss
+    held = cache.read_bytes()
+    assert verify(str(q8), "-p", "another prompt").returncode == 0
+    assert cache.read_bytes() != held
+    cache.write_text("not an npz")
+    assert verify(str(q8)).returncode == 0 and cache.read_bytes()[:2] == b"PK"
+
+
 def test_speculative_and_ar_may_part_only_on_a_gpu_near_tie():
     from clover_local.conversion_check import divergence, first_difference
 

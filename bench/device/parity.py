@@ -13,7 +13,8 @@ holds `cpu_verify[type].passed` (every preset passes with and without extra buff
 (`AMX_INT8`, `REPACK`). CPU runs happen in processes that see no CUDA device: in-process, a CUDA
 build offloads the matmuls of batches >= 32 rows to the GPU even with no layer on it. Without GPU
 offload in the build (a CPU machine) the GPU parts are skipped. `full-width` means its first
-`--layers` layers (default 4); its float64 reference needs ~35 GB of memory and minutes.
+`--layers` layers (default 4); its float64 reference needs ~35 GB of memory and minutes, so each
+preset's reference runs once (`clover verify --reference-cache`) for all its file types and backends.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def compare(path: Path, mask: int, gpu: bool) -> dict:
     return out
 
 
-def verify_cmd(path: Path, ckpt: Path, *extra: str) -> list[str]:
+def verify_cmd(path: Path, ckpt: Path, cache: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-c",
@@ -116,6 +117,8 @@ def verify_cmd(path: Path, ckpt: Path, *extra: str) -> list[str]:
         str(path),
         "--reference",
         str(ckpt),
+        "--reference-cache",
+        str(cache),
         "--json",
         *extra,
     ]
@@ -135,20 +138,23 @@ def summary(report: dict) -> dict:
     return {**{k: report.get(k) for k in keep}, **{p: report.get(p) for p in PASSES}}
 
 
-def run_verifies(path: Path, ckpt: Path, gpu: bool, threads: int, jobs: int) -> dict[str, dict]:
-    """`clover verify` on the CPU with and without extra buffer types, and on the GPU, `jobs` at a
-    time (each holds a float64 reference of the checkpoint: ~35 GB at full width)."""
+def run_verifies(path: Path, ckpt: Path, cache: Path, gpu: bool, threads: int) -> dict[str, dict]:
+    """`clover verify` on the CPU with and without extra buffer types, and on the GPU, at the same
+    time; the first alone while `cache` holds no reference run (it computes the float64 reference,
+    ~35 GB and minutes at full width, which the others and the next file types then read)."""
     runs = {
-        "cpu": (verify_cmd(path, ckpt, "-t", str(threads)), CPU_ENV),
-        "cpu_no_repack": (verify_cmd(path, ckpt, "-t", str(threads), "--no-repack"), CPU_ENV),
+        "cpu": (verify_cmd(path, ckpt, cache, "-t", str(threads)), CPU_ENV),
+        "cpu_no_repack": (verify_cmd(path, ckpt, cache, "-t", str(threads), "--no-repack"), CPU_ENV),
     }
     if gpu:
-        runs["gpu"] = (verify_cmd(path, ckpt, "--n-gpu-layers", "-1"), dict(os.environ))
+        runs["gpu"] = (verify_cmd(path, ckpt, cache, "--n-gpu-layers", "-1"), dict(os.environ))
     found = {}
-    for at in range(0, len(runs), jobs):
+    items = list(runs.items())
+    rounds = [items] if cache.is_file() else [items[:1], items[1:]]
+    for part in rounds:
         procs = {
             k: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-            for k, (cmd, env) in list(runs.items())[at : at + jobs]
+            for k, (cmd, env) in part
         }
         for k, p in procs.items():
             stdout, stderr = p.communicate()
@@ -264,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as e:
                     res["files"][preset][q] = {"error": f"{type(e).__name__}: {e}"}
                 log(f"{preset} {q}: {res['files'][preset][q]}")
-                v = run_verifies(g, ck, gpu, args.threads, jobs=2 if full else 3)
+                v = run_verifies(g, ck, Path(tmp) / f"reference-{preset}.npz", gpu, args.threads)
                 cpu_v[q][preset] = {"repack": v["cpu"], "no_repack": v["cpu_no_repack"]}
                 if gpu:
                     gpu_v[q][preset] = v["gpu"]

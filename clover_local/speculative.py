@@ -183,6 +183,8 @@ class _Draft:
     dist: np.ndarray | None = None
 
     def cut(self, n: int) -> _Draft:
+        if n >= len(self.tokens):
+            return self
         return _Draft(self.tokens[:n], None if self.dist is None else self.dist[:n])
 
 
@@ -201,6 +203,8 @@ def _propose(v: Verification, length: int, threshold: float, rng: np.random.Gene
     its own value would not be distributed as q, and the acceptance rule would be biased.
     """
     n = min(length, len(v.draft_tokens))
+    if n == 0:  # an `ar` step, or no draft wanted
+        return _NO_DRAFT
     low = np.flatnonzero(v.draft_probs[:n] < threshold)
     n = int(low[0]) if low.size else n
     if v.draft_dist is None:
@@ -226,7 +230,11 @@ def _accept(v: Verification, draft: _Draft, rng: np.random.Generator) -> tuple[i
 def _ar_step(backend: SpeculativeBackend, token: int, adj: LogitAdjustment) -> Verification:
     """A greedy iteration without draft or preview, as `loops.ar_loop` runs it: one `commit`."""
     pick, prob = backend.commit([token], adj)
-    return Verification(np.array([pick]), np.array([prob]), np.zeros(0, dtype=np.int64), np.zeros(0))
+    return Verification(np.array([pick]), np.array([prob]), _NO_TOKENS, _NO_PROBS)
+
+
+_NO_DRAFT = _Draft()
+_NO_TOKENS, _NO_PROBS = np.zeros(0, dtype=np.int64), np.zeros(0)
 
 
 def speculative_loop(
@@ -310,7 +318,8 @@ def speculative_loop(
             backend.rollback(len(prompt) + len(response))
         lengths.update(len(draft.tokens), a)
         # the pass's preview saw every causal row: a valid draft only if none was rejected
-        draft = _propose(v, lengths.length, spec.draft_threshold, rng) if a == len(draft.tokens) else _Draft()
+        rejected = a < len(draft.tokens)
+        draft = _NO_DRAFT if rejected else _propose(v, lengths.length, spec.draft_threshold, rng)
         drafted.append(len(rows) - 1)
         accepted.append(a)
         per_iteration.append(len(kept))

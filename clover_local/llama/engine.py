@@ -12,8 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -197,6 +196,12 @@ class LlamaEngine:
         self._params.out_probs = ctypes.addressof(self._prob)
         self._ids_source: np.ndarray | None = None  # the last pass's adjustment ids, and as int32
         self._ids = np.zeros(0, dtype=np.int32)
+        # the last one-row adjustment and its pass entries; the last sampler; a one-token row buffer
+        self._adj_source: LogitAdjustment | None = None
+        self._adj_entries = _NO_ENTRIES
+        self._sampler: Sampler | None = None
+        self._run_ids = self._run_values = self._run_uniforms = None  # what the parameters point at
+        self._one = (ll.llama_token * 1)()
 
     def bench_tuning(self, coreset_size: int = 0, moe_chunk: int = 0) -> None:
         """Benchmarks only (`llama_clover_bench_tuning`): force every coreset to `coreset_size`
@@ -278,13 +283,13 @@ class LlamaEngine:
         if len(tokens) == 0:
             raise ValueError("a pass needs at least one token")
         self._pass_start = None  # the snapshots now belong to this pass
-        starts = range(0, len(tokens), self.n_batch)
+        ids, values = self._entries(adj)
         with self._appending(tokens):
-            for start in starts:
-                last = start == starts[-1]
+            for start in range(0, len(tokens), self.n_batch):
+                last = start + self.n_batch >= len(tokens)
                 chunk = tokens[start : start + self.n_batch]
-                tok, prob = self._pass(chunk, [], adj.ids, adj.values[None], draw=draw if last else None)
-        return int(tok[0]), float(prob[0])
+                self._run(chunk, (), ids, values, draw=draw if last else None)
+        return self._tok[0], self._prob[0]
 
     # backend.SpeculativeBackend
 
@@ -442,13 +447,9 @@ class LlamaEngine:
         self.cache.held = list(checkpoint.tokens)
         return True
 
-    @contextmanager
-    def _appending(self, tokens: Sequence[int]) -> Iterator[None]:
+    def _appending(self, tokens: Sequence[int]) -> _Appending:
         """A pass appending `tokens`: what the sequence holds is unknown until it succeeds."""
-        held, self.cache.held = self.cache.held, None
-        yield
-        self.cache.held = held
-        self.cache.append(tokens)
+        return _Appending(self.cache, tokens)
 
     # internals
 
@@ -458,6 +459,14 @@ class LlamaEngine:
                 "this GGUF has no block-diffusion tensors (converted with --ar-only): "
                 "previews need a file converted without --ar-only"
             )
+
+    def _entries(self, adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
+        """A one-row adjustment as pass entries (int32 ids, float32 values [1, n, 3]), converted
+        once while a loop passes the same adjustment (the loop's host time per token)."""
+        if adj is not self._adj_source:
+            values = np.ascontiguousarray(adj.values[None], dtype=np.float32)
+            self._adj_source, self._adj_entries = adj, (np.ascontiguousarray(adj.ids, dtype=np.int32), values)
+        return self._adj_entries
 
     def _pass(
         self,
@@ -470,44 +479,74 @@ class LlamaEngine:
         routing: Routing | None = None,
         draw: Draw | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """One `llama_clover_pass`: causal `tokens`, then `block` previewed after them under
-        `routing` (None: `default_routing`); adjustment entries `ids` [n] with `values` [rows, n, 3]
-        (head row i takes row min(i, rows - 1)); `draw`: the head rows' sampler and uniforms (None:
-        greedy). Returns the head rows' tokens and probabilities: every causal row with
-        `all_causal`, else the last one, then every block row."""
-        p, r = self._params, routing or self.default_routing
-        causal, rows = (ll.llama_token * len(tokens))(*tokens), (ll.llama_token * len(block))(*block)
-        p.tokens, p.n_tokens, p.block, p.n_block = causal, len(tokens), rows, len(block)
-        p.all_causal, p.logits = all_causal, logits
-        p.coreset, p.coreset_top_p = r.coreset, r.top_p
+        """One `llama_clover_pass` (`_run`) with entries `ids` [n] and `values` [rows, n, 3] of any
+        integer and float types. Returns the head rows' tokens and probabilities: every causal
+        row with `all_causal`, else the last one, then every block row."""
         values = np.ascontiguousarray(values, dtype=np.float32)
         if ids is not self._ids_source:  # a loop's unchanged adjustment is converted once, not per pass
             self._ids_source, self._ids = ids, np.ascontiguousarray(ids, dtype=np.int32)
         ids = self._ids
         if len(values) > 1:  # the same ids for every row: [rows][n] as the C API reads them
             ids = np.ascontiguousarray(np.broadcast_to(ids, values.shape[:2]))
-        p.n_adjust, p.n_adjust_rows = values.shape[1], values.shape[0]
-        p.adjust_ids, p.adjust_values = ids.ctypes.data, values.ctypes.data
+        n = self._run(tokens, block, ids, values, all_causal, logits, routing, draw)
+        tok = np.frombuffer(self._tok, dtype=np.int32, count=n).astype(np.int64)
+        return tok, np.frombuffer(self._prob, dtype=np.float32, count=n).copy()
+
+    def _run(
+        self,
+        tokens: Sequence[int],
+        block: Sequence[int],
+        ids: np.ndarray,
+        values: np.ndarray,
+        all_causal: bool = False,
+        logits: bool = False,
+        routing: Routing | None = None,
+        draw: Draw | None = None,
+    ) -> int:
+        """One `llama_clover_pass`: causal `tokens`, then `block` previewed after them under
+        `routing` (None: `default_routing`); adjustment entries `ids` (int32 [n], or [rows, n])
+        with `values` (float32 [rows, n, 3]; head row i takes row min(i, rows - 1)); `draw`: the
+        head rows' sampler and uniforms (None: greedy). The head rows' picks are left in
+        `_tok` / `_prob`; returns how many there are."""
+        p, r = self._params, routing or self.default_routing
+        if len(tokens) == 1:  # the `ar` step: no new ctypes array per token
+            self._one[0] = tokens[0]
+            p.tokens = self._one
+        else:
+            p.tokens = (ll.llama_token * len(tokens))(*tokens)
+        p.n_tokens, p.n_block = len(tokens), len(block)
+        p.block = (ll.llama_token * len(block))(*block) if block else None
+        p.all_causal, p.logits = all_causal, logits
+        p.coreset, p.coreset_top_p = r.coreset, r.top_p
+        if ids is not self._run_ids or values is not self._run_values:  # `.ctypes.data` costs ~2 us
+            self._run_ids, self._run_values = ids, values
+            p.n_adjust, p.n_adjust_rows = values.shape[1], values.shape[0]
+            p.adjust_ids, p.adjust_values = ids.ctypes.data, values.ctypes.data
         n = (len(tokens) if all_causal else min(len(tokens), 1)) + len(block)
-        sampler = GREEDY if draw is None else draw.sampler
-        uniforms = _NO_UNIFORMS if draw is None else np.ascontiguousarray(draw.uniforms, dtype=np.float32)
-        if len(uniforms) != (0 if draw is None else n):
-            raise ValueError(f"a sampled pass of {n} head rows needs {n} uniforms, got {len(uniforms)}")
-        p.temperature, p.top_k, p.top_p, p.min_p = (
-            sampler.temperature,
-            sampler.top_k,
-            sampler.top_p,
-            sampler.min_p,
-        )
-        p.uniforms = uniforms.ctypes.data if len(uniforms) else None
+        if draw is None:
+            sampler, uniforms = GREEDY, _NO_UNIFORMS
+        else:
+            sampler, uniforms = draw.sampler, np.ascontiguousarray(draw.uniforms, dtype=np.float32)
+            if len(uniforms) != n:
+                raise ValueError(f"a sampled pass of {n} head rows needs {n} uniforms, got {len(uniforms)}")
+        if sampler is not self._sampler:
+            self._sampler = sampler
+            p.temperature, p.top_k, p.top_p, p.min_p = (
+                sampler.temperature,
+                sampler.top_k,
+                sampler.top_p,
+                sampler.min_p,
+            )
+        if uniforms is not self._run_uniforms:
+            self._run_uniforms = uniforms
+            p.uniforms = uniforms.ctypes.data if len(uniforms) else None
         rc = capi.llama_clover_pass(self.ctx, ctypes.byref(p))
         self._check_servers()
         if rc != 0:
             raise _failed(f"llama_clover_pass failed ({rc})")
         self.bytes_written += ids.nbytes + values.nbytes + uniforms.nbytes
         self.bytes_read += 8 * n
-        tok = np.frombuffer(self._tok, dtype=np.int32, count=n).astype(np.int64)
-        return tok, np.frombuffer(self._prob, dtype=np.float32, count=n).copy()
+        return n
 
     def _check_servers(self) -> None:
         """Raise if an RPC server of this model was lost: its layers are gone (patch 0301)."""
@@ -522,6 +561,25 @@ class LlamaEngine:
         ptr = ll.llama_get_logits(self.ctx)
         self.bytes_read += 4 * n * self.vocab_size
         return np.ctypeslib.as_array(ptr, shape=(n, self.vocab_size)).copy()
+
+
+class _Appending:
+    """`LlamaEngine._appending`'s context: the prompt cache forgets what the sequence holds while a
+    pass runs and learns the appended tokens when it succeeds (a class: a generator-based
+    context manager costs a microsecond per `ar` step)."""
+
+    __slots__ = ("cache", "tokens", "held")
+
+    def __init__(self, cache: PromptCache, tokens: Sequence[int]):
+        self.cache, self.tokens = cache, tokens
+
+    def __enter__(self) -> None:
+        self.held, self.cache.held = self.cache.held, None
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is None:
+            self.cache.held = self.held
+            self.cache.append(self.tokens)
 
 
 # the identity adjustment as pass entries: none, one row; a greedy pass's uniforms: none

@@ -355,6 +355,7 @@ def run_ar_mode(path: str, args, rng, res: dict) -> None:
         n_threads=args.threads or None, log=True, placement=placement,
     )  # fmt: skip
     base = None
+    plain = ll.llama_batch_init(1, 0, 1)
     try:
         V = eng.vocab_size
         toks = lambda n: [int(t) for t in rng.integers(0, min(V, 248000), size=n)]  # noqa: E731
@@ -372,9 +373,20 @@ def run_ar_mode(path: str, args, rng, res: dict) -> None:
         )
         loop_adj = RunningAdjustment(s, V, prompt).adjustment()
         eng.prefill(prompt, identity)
+
+        def plain_step() -> None:
+            """Upstream's step on the engine's own context and file: llama_decode, logits read
+            back, no clover head (what the head and the pass API cost, apart from the file)."""
+            plain.token[0], plain.pos[0], plain.n_seq_id[0], plain.logits[0] = toks(1)[0], eng.n_past, 1, 1
+            plain.seq_id[0][0], plain.n_tokens = 0, 1
+            if ll.llama_decode(eng.ctx, plain) != 0:
+                raise RuntimeError("llama_decode failed on the engine's context")
+            ll.llama_get_logits(eng.ctx)
+
         fns = {
             "engine_ar_step_ms": lambda: eng.commit(toks(1), identity),
             "engine_ar_step_loop_adjustment_ms": lambda: eng.commit(toks(1), loop_adj),
+            "engine_plain_decode_step_ms": plain_step,
         }
         if args.baseline:
             base = Raw(args.baseline, args.ngl, args.flash_attn, args.n_ctx, args.n_batch, args.n_ubatch,
@@ -388,8 +400,9 @@ def run_ar_mode(path: str, args, rng, res: dict) -> None:
             up = out["upstream_ar_step_ms"]
             out["engine_ar_step_ratio"] = out["engine_ar_step_ms"] / up
             out["engine_ar_step_loop_adjustment_ratio"] = out["engine_ar_step_loop_adjustment_ms"] / up
+        out["engine_ar_step_vs_plain_decode"] = out["engine_ar_step_ms"] / out["engine_plain_decode_step_ms"]
         for name, v in out.items():
-            if name.endswith(("_ms", "_ratio")):
+            if name.endswith(("_ms", "_ratio", "_vs_plain_decode")):
                 log(f"ar mode (interleaved): {name} {v:.3f}")
         eng.reset()
         ar = loops.last_result(loops.ar_loop(eng, prompt, s))
@@ -405,6 +418,7 @@ def run_ar_mode(path: str, args, rng, res: dict) -> None:
         res["engine_ar_step_ms"] = out["engine_ar_step_ms"]
         res["ar_loop_tok_s"] = out["ar_loop_tok_s"]
     finally:
+        ll.llama_batch_free(plain)
         eng.close()
         if base is not None:
             base.close()

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import policy
-from .backend import LogitAdjustment, RowAdjustments, SpeculativeBackend, Verification
+from .backend import RowAdjustments, SpeculativeBackend, Verification
 from .loops import Result
 from .policy import DecodingSettings
 
@@ -227,14 +227,7 @@ def _accept(v: Verification, draft: _Draft, rng: np.random.Generator) -> tuple[i
     return len(draft.tokens), _sample(rng, v.dist[len(draft.tokens)])
 
 
-def _ar_step(backend: SpeculativeBackend, token: int, adj: LogitAdjustment) -> Verification:
-    """A greedy iteration without draft or preview, as `loops.ar_loop` runs it: one `commit`."""
-    pick, prob = backend.commit([token], adj)
-    return Verification(np.array([pick]), np.array([prob]), _NO_TOKENS, _NO_PROBS)
-
-
 _NO_DRAFT = _Draft()
-_NO_TOKENS, _NO_PROBS = np.zeros(0, dtype=np.int64), np.zeros(0)
 
 
 def speculative_loop(
@@ -307,9 +300,9 @@ def speculative_loop(
         if draft.tokens or wanted or not sampler.greedy:
             adjs = policy.row_adjustments(s, vocab, prompt, response, rows)
             v = backend.verify_and_draft(rows, adjs, masks() if wanted else [], sampler, s.routing)
-        else:  # nothing to verify or draft: the `ar` loop's own step (the commit path, no snapshots)
-            v = _ar_step(backend, pending, running.adjustment())
-        a, bonus = _accept(v, draft, rng)
+            a, bonus = _accept(v, draft, rng)
+        else:  # nothing to verify or draft, greedy: the `ar` loop's own step (the commit path, no snapshots)
+            v, a, bonus = None, 0, backend.commit([pending], running.adjustment())[0]
         kept = rows[: a + 1]
         response += kept
         for t in kept[1:]:
@@ -318,8 +311,10 @@ def speculative_loop(
             backend.rollback(len(prompt) + len(response))
         lengths.update(len(draft.tokens), a)
         # the pass's preview saw every causal row: a valid draft only if none was rejected
-        rejected = a < len(draft.tokens)
-        draft = _NO_DRAFT if rejected else _propose(v, lengths.length, spec.draft_threshold, rng)
+        if v is None or a < len(draft.tokens):
+            draft = _NO_DRAFT
+        else:
+            draft = _propose(v, lengths.length, spec.draft_threshold, rng)
         drafted.append(len(rows) - 1)
         accepted.append(a)
         per_iteration.append(len(kept))

@@ -4,7 +4,8 @@
 
 Runs `loops.ar_loop` on the llama.cpp engine and splits each step's wall time into the time
 spent inside `llama_clover_pass` (graph, compute, one synchronization) and the rest: the loop's
-and the engine's Python per token (the adjustment, the ctypes call, the events). `--profile`
+and the engine's Python per token (the adjustment, the ctypes call, the events); then the same
+loop with the C call stubbed out, its Python alone on warm caches. `--profile`
 prints cProfile's top functions of the loop. Prints medians in microseconds.
 `bench/device/timing.py` runs the same split on the GPU (`host_split`).
 """
@@ -38,17 +39,28 @@ def host_split(eng: engine.LlamaEngine, prompt: list[int], s: DecodingSettings) 
         inside.append(time.perf_counter() - t0)
         return rc
 
+    def stub_pass(ctx, params):  # noqa: ANN001, ANN202
+        eng._tok[0], eng._prob[0] = 1 + len(inside) % 97, 0.5  # no pass: the loop's Python alone
+        inside.append(0.0)
+        return 0
+
     engine.capi.llama_clover_pass = timed_pass
     try:
         steps = [e.seconds for e in loops.ar_loop(eng, prompt, s) if isinstance(e, loops.TokenEvent)]
+        eng.reset()
+        engine.capi.llama_clover_pass = stub_pass
+        stubbed = [e.seconds for e in loops.ar_loop(eng, prompt, s) if isinstance(e, loops.TokenEvent)]
     finally:
         engine.capi.llama_clover_pass = raw_pass
+        eng.reset()
     passes = inside[1 : 1 + len(steps)]  # inside[0] is the prefill
     return {
         "tokens": len(steps),
         "step_us": statistics.median(steps) * 1e6,
         "pass_us": statistics.median(passes) * 1e6,
         "python_us": statistics.median([a - b for a, b in zip(steps, passes, strict=True)]) * 1e6,
+        # the same steps with the C call stubbed out: the Python on warm caches
+        "python_stub_us": statistics.median(stubbed) * 1e6,
     }
 
 
@@ -70,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         split = host_split(eng, prompt, s)
         print(f"{split['tokens']} tokens: step {split['step_us']:.0f} us, ", end="")
         print(f"llama_clover_pass {split['pass_us']:.0f} us, ", end="")
-        print(f"host Python per token {split['python_us']:.1f} us (median)")
+        print(f"host Python per token {split['python_us']:.1f} us (median; ", end="")
+        print(f"{split['python_stub_us']:.1f} us with the pass stubbed out)")
         if args.profile:
             # here, not at the top: bench/device/profile.py shadows the stdlib module cProfile imports
             # for bench/device/timing.py, which imports host_split from this file

@@ -4,6 +4,9 @@ checkpoints.
 
     python bench/device/parity.py --out parity.json [--presets tiny,small] [--quants f32,q8_0,q4_k_m]
 
+A run cut short resumes where it stopped when started again with the same --out, presets and
+file types (the reference's results are kept next to --out: `--out`'s stem + `-reference-PRESET.npz`).
+
 Per preset and file type: max abs diff and argmax agreement of causal logits (a 48-token prompt:
 one full 32-row chunk and a partial one) and of preview logits (one block, half masks), GPU vs
 CPU and CPU with extra buffer types (AMX / CPU_REPACK weight layouts) vs without; whether a preview
@@ -239,6 +242,14 @@ def main(argv: list[str] | None = None) -> int:
     log(f"CPU: {res['cpu_features']}")
     cpu_v: dict = {q: {} for q in quants}
     gpu_v: dict = {q: {} for q in quants}
+    if args.out.is_file():  # an earlier run cut short by its time limit: keep the files it finished
+        done = json.loads(args.out.read_text())
+        if done.get("presets") == presets and done.get("quants") == quants:
+            res["files"] = done["files"]
+            for q in quants:
+                cpu_v[q] = done["cpu_verify"][q]["presets"]
+                gpu_v[q] = done.get("gpu_verify", {}).get(q, {}).get("presets", {})
+            log(f"resuming {args.out}: " + ", ".join(f"{p} {q}" for q in quants for p in cpu_v[q]))
     has_bufts = args.extra_bufts is not None and args.extra_bufts.is_file()
     extra_bufts = json.loads(args.extra_bufts.read_text()) if has_bufts else None
     with tempfile.TemporaryDirectory(prefix="clover-parity-") as tmp:
@@ -257,8 +268,10 @@ def main(argv: list[str] | None = None) -> int:
                 ]
                 subprocess.run([*cmd, *layers], check=True, capture_output=True)
             mask = int(json.loads((ck / "config.json").read_text()).get("mask_token_id", 0))
-            res["files"][preset] = {}
+            res["files"].setdefault(preset, {})
             for q in quants:
+                if preset in cpu_v[q]:
+                    continue  # finished by the run resumed
                 g = Path(tmp) / f"{preset}-{q}.gguf"
                 error = convert(ck, g, q)
                 if error:
@@ -270,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as e:
                     res["files"][preset][q] = {"error": f"{type(e).__name__}: {e}"}
                 log(f"{preset} {q}: {res['files'][preset][q]}")
-                v = run_verifies(g, ck, Path(tmp) / f"reference-{preset}.npz", gpu, args.threads)
+                # next to --out: a resumed run reuses the reference's results of the same checkpoint
+                cache = args.out.with_name(f"{args.out.stem}-reference-{preset}.npz")
+                v = run_verifies(g, ck, cache, gpu, args.threads)
                 cpu_v[q][preset] = {"repack": v["cpu"], "no_repack": v["cpu_no_repack"]}
                 if gpu:
                     gpu_v[q][preset] = v["gpu"]

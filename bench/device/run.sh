@@ -419,10 +419,10 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
   if want parity; then
     if [ "$PATCHED" != 1 ]; then note parity "unpatched build"
     elif ! clover_cmd verify --help > /dev/null 2>&1; then note parity "no \`clover verify\` command"
-    elif [ -f "$WORK/parity.json" ]; then log "parity: kept from an earlier call"
+    elif grep -q '"complete": true' "$WORK/parity.json" 2>/dev/null; then log "parity: kept from an earlier call"
     elif (( $(left) < 60 )); then note parity "too little time left"
     else
-      log "parity: clover verify on the CPU (extra buffer types on and off) and the GPU"
+      log "parity: clover verify on the CPU (extra buffer types on and off) and the GPU (resumes a parity.json cut short)"
       # cut off before the budget ends; parity.json holds every file finished by then
       timeout $(( $(left) - 20 )) $PY bench/device/parity.py --out "$WORK/parity.json" \
           --presets "${PARITY_PRESETS:-tiny,small}" --quants "${PARITY_QUANTS:-f32,q8_0,q4_k_m}" \

@@ -9,9 +9,10 @@ The model is loaded, a 512-token prefix decoded and the pass run 20 times untime
 graphs are captured as in a timed run); then the profiler range (cudaProfilerStart/Stop) covers
 exactly one more pass. Wall times under the profiler are the profiler's, so none are reported:
 compare the kernel time with timing.py's. Passes: `ar` (the engine's 1-token commit, clover
-head), `raw-ar` (plain llama_decode of 1 token), `commit` (32 rows), `preview` (32 rows,
-coreset off), `preview-c8` (coreset forced to 8 experts), `fused` (32 causal rows + 32-row
-preview). `--summarize` groups the kernels of each CSV by kind and lists the largest kernels.
+head), `ar-adj` (the same with the `ar` loop's adjustment entries), `raw-ar` (plain llama_decode
+of 1 token), `commit` (32 rows), `preview` (32 rows, coreset off), `preview-c8` (coreset forced
+to 8 experts), `fused` (32 causal rows + 32-row preview). `--summarize` groups the kernels of each
+CSV by kind and lists the largest kernels.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-PASSES = ("ar", "raw-ar", "commit", "preview", "preview-c8", "fused")
+PASSES = ("ar", "ar-adj", "raw-ar", "commit", "preview", "preview-c8", "fused")
 BLOCK = 32
 
 
@@ -39,6 +40,7 @@ def run(model: str, kind: str, prefix: int) -> dict:
 
     from clover_local.backend import LogitAdjustment, Routing, RowAdjustments
     from clover_local.llama.engine import LlamaEngine
+    from clover_local.policy import DecodingSettings, RunningAdjustment
 
     cudart = ctypes.CDLL("libcudart.so.13")
     eng = LlamaEngine(model, n_ctx=4096, n_gpu_layers=999, flash_attn=True, log=True, speculative=True)
@@ -65,8 +67,12 @@ def run(model: str, kind: str, prefix: int) -> dict:
             eng.rollback(p0)
         eng.verify_and_draft(toks(BLOCK), RowAdjustments.constant(adj, BLOCK), block, routing=routing)
 
+    # the `ar` loop's entries at the start of a response: the mask token's -inf and a stop token
+    loop_s = DecodingSettings(mask_token_id=mask, stop_token_ids=(0,))
+    loop_adj = RunningAdjustment(loop_s, V, [1]).adjustment()
     one = {
         "ar": lambda: eng.commit(toks(1), adj),
+        "ar-adj": lambda: eng.commit(toks(1), loop_adj),
         "raw-ar": raw_ar,
         "commit": lambda: eng.commit(toks(BLOCK), adj),
         "preview": lambda: eng.preview(block, adj, routing),

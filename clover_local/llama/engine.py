@@ -469,26 +469,18 @@ class LlamaEngine:
         return self._adj_entries
 
     def _pass(
-        self,
-        tokens: Sequence[int],
-        block: Sequence[int],
-        ids: np.ndarray,
-        values: np.ndarray,
-        all_causal: bool = False,
-        logits: bool = False,
-        routing: Routing | None = None,
-        draw: Draw | None = None,
+        self, tokens: Sequence[int], block: Sequence[int], ids: np.ndarray, values: np.ndarray, **options: Any
     ) -> tuple[np.ndarray, np.ndarray]:
-        """One `llama_clover_pass` (`_run`) with entries `ids` [n] and `values` [rows, n, 3] of any
-        integer and float types. Returns the head rows' tokens and probabilities: every causal
-        row with `all_causal`, else the last one, then every block row."""
+        """One `llama_clover_pass` (`_run`, which takes the keyword `options`) with entries `ids` [n]
+        and `values` [rows, n, 3] of any integer and float types. Returns the head rows' tokens and
+        probabilities: every causal row with `all_causal`, else the last one, then every block row."""
         values = np.ascontiguousarray(values, dtype=np.float32)
         if ids is not self._ids_source:  # a loop's unchanged adjustment is converted once, not per pass
             self._ids_source, self._ids = ids, np.ascontiguousarray(ids, dtype=np.int32)
         ids = self._ids
         if len(values) > 1:  # the same ids for every row: [rows][n] as the C API reads them
             ids = np.ascontiguousarray(np.broadcast_to(ids, values.shape[:2]))
-        n = self._run(tokens, block, ids, values, all_causal, logits, routing, draw)
+        n = self._run(tokens, block, ids, values, **options)
         tok = np.frombuffer(self._tok, dtype=np.int32, count=n).astype(np.int64)
         return tok, np.frombuffer(self._prob, dtype=np.float32, count=n).copy()
 

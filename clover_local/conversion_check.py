@@ -32,6 +32,7 @@ agreement is always reported, and judged only where the logits must match to flo
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -239,7 +240,19 @@ class ConversionReport:
         return {**asdict(self), "passed": self.passed}
 
 
-REFERENCE_RUN_VERSION = 1  # bump when what `ReferenceRun.compute` returns changes
+REFERENCE_RUN_VERSION = 1  # bump when what `ReferenceRun.save` writes changes
+
+
+@functools.cache
+def reference_code() -> str:
+    """A hash of the code a `ReferenceRun` comes from (the reference model, the decoding loop and
+    policy): a cached run made by other code is not reused."""
+    here = Path(__file__).parent
+    files = [
+        *sorted((here / "reference").glob("*.py")),
+        *(here / f for f in ("backend.py", "loops.py", "policy.py")),
+    ]
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
 
 
 @dataclass
@@ -294,10 +307,11 @@ class ReferenceRun:
     @staticmethod
     def key(checkpoint_dir: str | Path, inputs: dict[str, Sequence[int]], settings: DecodingSettings) -> str:
         """What the run depends on: the checkpoint's files (names, sizes, modification times),
-        the inputs, the settings and `REFERENCE_RUN_VERSION`."""
+        the inputs, the settings, the code (`reference_code`) and `REFERENCE_RUN_VERSION`."""
         files = sorted(Path(checkpoint_dir).iterdir())
         what = {
             "version": REFERENCE_RUN_VERSION,
+            "code": reference_code(),
             "files": [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()],
             "inputs": {k: [int(t) for t in v] for k, v in inputs.items()},
             "settings": repr(settings),

@@ -151,6 +151,32 @@ def test_a_reference_cache_serves_the_next_check_of_the_same_checkpoint(checkpoi
     assert verify(str(q8)).returncode == 0 and cache.read_bytes()[:2] == b"PK"
 
 
+def test_a_reference_runs_key_changes_with_the_checkpoint_the_inputs_and_the_code(
+    tiny_checkpoint, monkeypatch
+):
+    import os
+
+    from clover_local import conversion_check
+    from clover_local.conversion_check import ReferenceRun
+    from clover_local.policy import DecodingSettings
+
+    settings, inputs = DecodingSettings(mask_token_id=3), {"causal": [1, 2]}
+    key = ReferenceRun.key(tiny_checkpoint, inputs, settings)
+    assert ReferenceRun.key(tiny_checkpoint, inputs, settings) == key
+    assert ReferenceRun.key(tiny_checkpoint, {"causal": [1, 3]}, settings) != key
+    assert ReferenceRun.key(tiny_checkpoint, inputs, DecodingSettings(mask_token_id=4)) != key
+    monkeypatch.setattr(conversion_check, "reference_code", lambda: "other code")
+    assert ReferenceRun.key(tiny_checkpoint, inputs, settings) != key
+    monkeypatch.undo()
+    config = tiny_checkpoint / "config.json"
+    stat = config.stat()
+    os.utime(config, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # the checkpoint was rewritten
+    try:
+        assert ReferenceRun.key(tiny_checkpoint, inputs, settings) != key
+    finally:  # a session fixture: leave it as it was
+        os.utime(config, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
 def test_speculative_and_ar_may_part_only_at_a_near_tie_of_kernels_that_differ():
     from clover_local.conversion_check import divergence, first_difference
 

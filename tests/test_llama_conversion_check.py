@@ -184,9 +184,8 @@ def test_speculative_and_ar_may_part_only_at_a_near_tie_of_kernels_that_differ()
     assert first_difference([1, 2, 3], [1, 5, 3]) == 1 and first_difference([1, 2], [1, 2, 3]) == 2
     assert divergence([1, 2], [1, 2], None, 1.0, exact=False) is None
     assert divergence([1, 2], [1, 5], 0.2, 1.0, exact=False)["near_tie"] is True
-    assert (
-        divergence([1, 2], [1, 5], 2.0, 1.0, exact=False)["near_tie"] is False
-    )  # a clear lead: a wrong pass
+    # a clear lead: a wrong pass
+    assert divergence([1, 2], [1, 5], 2.0, 1.0, exact=False)["near_tie"] is False
     assert divergence([1, 2], [1, 5], -0.2, 1.0, exact=False)["near_tie"] is True  # rounded the other way
     assert divergence([1, 2], [1, 5], -2.0, 1.0, exact=False)["near_tie"] is False
     # the CPU's plain buffers run one kernel for batched and one-row passes: they must agree exactly

@@ -227,6 +227,27 @@ def test_rollback_leaves_the_state_of_committing_only_the_kept_rows(gguf, ar_eng
     )
 
 
+def test_commits_of_a_speculative_engine_are_final_and_verifications_still_roll_back(gguf, ar_engine, spec_engine):
+    """A commit is never rolled back, so its rows write only the state after them, as in an engine
+    without snapshots (patch 0011, `no_snapshots`): one-row steps leave the `ar` engine's state, a
+    rollback into them is refused, and a verification after them keeps its snapshots again."""
+    ident = LogitAdjustment.identity(spec_engine.vocab_size)
+    rows = [11, 42, 7]
+    for eng in (spec_engine, ar_engine):
+        eng.reset()
+        tok, _ = eng.prefill(PROMPTS["long"], ident)
+        for _ in range(5):
+            tok, _ = eng.commit([tok], ident)
+    assert_same_state(spec_engine.state_bytes(), ar_engine.state_bytes(), atol=0)
+    with pytest.raises(ValueError, match="cannot roll back"):
+        spec_engine.rollback(spec_engine.n_past - 1)
+    n = spec_engine.n_past
+    spec_engine.verify_and_draft(rows, RowAdjustments.constant(ident, len(rows)), [])
+    spec_engine.rollback(n + 2)
+    ar_engine.commit(rows[:2], ident)
+    assert_same_state(spec_engine.state_bytes(), ar_engine.state_bytes(), atol=0)
+
+
 def test_out_of_range_rollbacks_and_verifications_are_refused(ar_engine, spec_engine):
     from clover_local.llama.engine import EngineError
 

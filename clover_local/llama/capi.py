@@ -45,6 +45,7 @@ class llama_clover_pass_params(ctypes.Structure):
         ("logits", ctypes.c_bool),
         ("coreset", ctypes.c_bool),
         ("coreset_top_p", ctypes.c_float),
+        ("no_snapshots", ctypes.c_bool),
         ("n_adjust", ctypes.c_int32),
         ("n_adjust_rows", ctypes.c_int32),
         ("adjust_ids", ctypes.c_void_p),

@@ -282,7 +282,7 @@ class LlamaEngine:
         """Causal passes of at most a batch each; only the last one's pick is returned, so only it draws."""
         if len(tokens) == 0:
             raise ValueError("a pass needs at least one token")
-        self._pass_start = None  # the snapshots now belong to this pass
+        self._pass_start = None  # final rows (no snapshots): nothing to roll back
         ids, values = self._entries(adj)
         with self._appending(tokens):
             for start in range(0, len(tokens), self.n_batch):
@@ -318,7 +318,7 @@ class LlamaEngine:
             ids, values = adjs.base.ids, adjs.base.values[None]
         with self._appending(tokens):
             tok, prob = self._pass(
-                tokens, preview, ids, values, all_causal=True, logits=sampled, routing=routing
+                tokens, preview, ids, values, all_causal=True, logits=sampled, routing=routing, snapshots=True
             )
         self._pass_start = start
         k, n = len(tokens), len(tokens) + len(preview)
@@ -494,12 +494,15 @@ class LlamaEngine:
         logits: bool = False,
         routing: Routing | None = None,
         draw: Draw | None = None,
+        snapshots: bool = False,
     ) -> int:
         """One `llama_clover_pass`: causal `tokens`, then `block` previewed after them under
         `routing` (None: `default_routing`); adjustment entries `ids` (int32 [n], or [rows, n])
         with `values` (float32 [rows, n, 3]; head row i takes row min(i, rows - 1)); `draw`: the
-        head rows' sampler and uniforms (None: greedy). The head rows' picks are left in
-        `_tok` / `_prob`; returns how many there are."""
+        head rows' sampler and uniforms (None: greedy); `snapshots`: the causal rows keep the
+        recurrent-state snapshots a rollback reads (verifications only: every other pass is final,
+        and a `speculative` engine's one-row steps then cost what an `ar` engine's do). The head
+        rows' picks are left in `_tok` / `_prob`; returns how many there are."""
         p, r = self._params, routing or self.default_routing
         if len(tokens) == 1:  # the `ar` step: no new ctypes array per token
             self._one[0] = tokens[0]
@@ -508,7 +511,7 @@ class LlamaEngine:
             p.tokens = (ll.llama_token * len(tokens))(*tokens)
         p.n_tokens, p.n_block = len(tokens), len(block)
         p.block = (ll.llama_token * len(block))(*block) if block else None
-        p.all_causal, p.logits = all_causal, logits
+        p.all_causal, p.logits, p.no_snapshots = all_causal, logits, not snapshots
         p.coreset, p.coreset_top_p = r.coreset, r.top_p
         if ids is not self._run_ids or values is not self._run_values:  # `.ctypes.data` costs ~2 us
             self._run_ids, self._run_values = ids, values

@@ -227,7 +227,7 @@ def test_rollback_leaves_the_state_of_committing_only_the_kept_rows(gguf, ar_eng
     )
 
 
-def test_commits_of_a_speculative_engine_are_final_and_verifications_still_roll_back(gguf, ar_engine, spec_engine):
+def test_speculative_commits_are_final_and_verifications_still_roll_back(gguf, ar_engine, spec_engine):
     """A commit is never rolled back, so its rows write only the state after them, as in an engine
     without snapshots (patch 0011, `no_snapshots`): one-row steps leave the `ar` engine's state, a
     rollback into them is refused, and a verification after them keeps its snapshots again."""

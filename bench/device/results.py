@@ -38,6 +38,9 @@ METRICS = (
     # the loops' time per token (1000 / tok/s of the ar loop and the labelled speculative runs)
     "ar_loop_ms_per_token",
     *(f"spec_a{a}_ms_per_token" for a in (0, 1, 2)),
+    # upstream's AR step timed in the clover file's process, alternating with the engine's (timing.py's
+    # ar mode): the same drift as the loops, where separately timed processes differ by up to 10 %
+    "upstream_ar_step_interleaved_ms",
 )
 # <arch>-<layers>-<quant>[-<variant>]; a variant (e.g. nographs: CUDA graphs off) is fitted on its own
 TAG = re.compile(r"^(?P<arch>clover|qwen35moe)-(?P<layers>\d+)-(?P<quant>[a-z0-9_]+(?:-[a-z0-9]+)?)$")
@@ -147,6 +150,8 @@ def use_default_chunk(e: dict) -> None:
 def per_token(r: dict) -> dict:
     """The loops' ms per token of a run entry, to fit over the layer counts like the passes."""
     out = {}
+    if (r.get("ar_mode") or {}).get("upstream_ar_step_ms"):
+        out["upstream_ar_step_interleaved_ms"] = r["ar_mode"]["upstream_ar_step_ms"]
     if r.get("ar_loop_tok_s"):
         out["ar_loop_ms_per_token"] = 1000 / r["ar_loop_tok_s"]
     for a, tok_s in (r.get("spec_tok_s_by_accept") or {}).items():
@@ -506,6 +511,20 @@ def goals(d: dict) -> list[str]:
             ms = at40("clover-moe", f"{m}_ms_per_token")
             if ms:
                 items.append(f"{name} (fit of ms per token) {up40 / ms:.2f}x upstream AR (goal {goal})")
+        inter40 = at40("clover-moe", "upstream_ar_step_interleaved_ms")
+        if inter40:
+            ratios = [
+                f"{name} {inter40 / ms:.2f}x"
+                for name, m in (
+                    ("engine AR step", "engine_ar_step_ms"),
+                    *((n, f"{m}_ms_per_token") for n, m in loops.items()),
+                )
+                if (ms := at40("clover-moe", m))
+            ]
+            items.append(
+                f"against the fit of upstream's step interleaved with the engine's ({inter40:.2f} ms): "
+                + ", ".join(ratios)
+            )
         out += [
             "",
             "Extrapolated to 40 layers (linear fits; e2e derived from pass costs): " + "; ".join(items) + ".",

@@ -430,7 +430,7 @@ def run_engine(path: str, args, rng, res: dict) -> None:
     skipped = res.setdefault("skipped", {})
     try:
         from clover_local import simulation
-        from clover_local.backend import LogitAdjustment
+        from clover_local.backend import LogitAdjustment, RowAdjustments
         from clover_local.llama import capi
         from clover_local.llama.engine import LlamaEngine
         from clover_local.policy import DecodingSettings
@@ -470,6 +470,22 @@ def run_engine(path: str, args, rng, res: dict) -> None:
         mask = eng.mask_token_id
         prompt = [int(t) for t in rng.integers(0, min(V, 248000), size=args.prefix)]
         eng.prefill(prompt, adj)
+
+        # this context's one-row step as a commit (final rows) and as a one-row verification (rollback
+        # snapshots written), alternating: what the snapshots cost a step (patch 0011)
+        one_row = RowAdjustments.constant(adj, 1)
+        token = lambda: [int(rng.integers(0, min(V, 248000)))]  # noqa: E731
+        st = interleaved(
+            {
+                "commit_ms": lambda: eng.commit(token(), adj),
+                "verification_ms": lambda: eng.verify_and_draft(token(), one_row, []),
+            },
+            rounds=max(3, args.reps // 10),
+            per_round=10,
+            warmup=args.warmup,
+        )
+        res["one_row_step_speculative"] = {name: v["median"] for name, v in st.items()}
+        log(f"speculative context, one-row step (interleaved): {res['one_row_step_speculative']}")
 
         by_chunk = {}
         for chunk in args.moe_chunks:

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -338,6 +339,21 @@ def interleaved(fns: dict, rounds: int, per_round: int, warmup: int) -> dict:
     return {name: stats(v) for name, v in samples.items()}
 
 
+def median_runs(fns: dict, reps: int) -> dict:
+    """Each labelled simulation run `reps` times, round-robin over the settings so that drift hits
+    them alike; per setting the run of median tok/s, with every run's tok/s beside it (one run of
+    a = 0 is a few hundred milliseconds, at the mercy of a busy moment on the host)."""
+    done: dict = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            done[name].append(fn())
+    out = {}
+    for name, rs in done.items():
+        rs = sorted(rs, key=lambda r: r["tokens_per_s"])
+        out[name] = {**rs[len(rs) // 2], "tokens_per_s_reps": [r["tokens_per_s"] for r in done[name]]}
+    return out
+
+
 def run_ar_mode(path: str, args, rng, res: dict) -> None:
     """The `ar` mode as a user runs it (`LlamaEngine` without speculative snapshots): its AR step
     with no adjustment and with the loop's (the mask token's -inf and the stop tokens), interleaved
@@ -404,16 +420,26 @@ def run_ar_mode(path: str, args, rng, res: dict) -> None:
         for name, v in out.items():
             if name.endswith(("_ms", "_ratio", "_vs_plain_decode")):
                 log(f"ar mode (interleaved): {name} {v:.3f}")
-        eng.reset()
-        ar = loops.last_result(loops.ar_loop(eng, prompt, s))
-        out["ar_loop_tok_s"] = ar.tokens_per_second
+
+        def ar_run() -> dict:
+            eng.reset()
+            return {"tokens_per_s": loops.last_result(loops.ar_loop(eng, prompt, s)).tokens_per_second}
+
+        ar_runs = median_runs({"ar": ar_run}, args.sim_reps)["ar"]
+        out["ar_loop_tok_s"], out["ar_loop_tok_s_reps"] = (
+            ar_runs["tokens_per_s"],
+            ar_runs["tokens_per_s_reps"],
+        )
         if base is not None:  # upstream's step again, right after the loop
             after = timed(lambda: base.decode(toks(1), "last"), args.reps, args.warmup, base.ctx)["median"]
             out["upstream_ar_step_after_loop_ms"] = after
-            out["ar_loop_ratio"] = ar.tokens_per_second * (up + after) / 2 / 1e3
+            out["ar_loop_ratio"] = out["ar_loop_tok_s"] * (up + after) / 2 / 1e3
         eng.reset()
         out["host_split"] = host_split(eng, prompt, s)
-        log(f"ar mode: loop {ar.tokens_per_second:.1f} tok/s; host split {out['host_split']}")
+        log(
+            f"ar mode: loop {out['ar_loop_tok_s']:.1f} tok/s (median of {out['ar_loop_tok_s_reps']}); "
+            f"host split {out['host_split']}"
+        )
         res["ar_mode"] = out
         res["engine_ar_step_ms"] = out["engine_ar_step_ms"]
         res["ar_loop_tok_s"] = out["ar_loop_tok_s"]
@@ -532,12 +558,17 @@ def run_engine(path: str, args, rng, res: dict) -> None:
             # run builds the graph of every new pass shape and loads CUDA kernels on first launch
             simulation.diffusion(eng, prompt, s, KS[0])
             simulation.self_speculative(eng, prompt, s, ACCEPTS[0])
-            runs = {str(k): simulation.diffusion(eng, prompt, s, k) for k in KS}
+            runs = median_runs(
+                {str(k): partial(simulation.diffusion, eng, prompt, s, k) for k in KS}, args.sim_reps
+            )
             res["e2e_tok_s_by_k"] = {k: r["tokens_per_s"] for k, r in runs.items()}
             res["e2e_runs"] = runs
             for k, r in runs.items():
                 log(f"simulation k={k}: {r['passes']} passes, {r['tokens_per_s']:.1f} tok/s")
-            runs = {str(a): simulation.self_speculative(eng, prompt, s, a) for a in ACCEPTS}
+            runs = median_runs(
+                {str(a): partial(simulation.self_speculative, eng, prompt, s, a) for a in ACCEPTS},
+                args.sim_reps,
+            )
             res["spec_tok_s_by_accept"] = {a: r["tokens_per_s"] for a, r in runs.items()}
             res["spec_runs"] = runs
             for a, r in runs.items():
@@ -566,6 +597,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-engine", action="store_true", help="plain C API timings only")
     ap.add_argument("--moe-chunks", default="0", help="engine routed-expert chunk settings to time, e.g. 0,8")
     ap.add_argument("--sim-tokens", type=int, default=256, help="tokens per simulated generation")
+    ap.add_argument(
+        "--sim-reps",
+        type=int,
+        default=3,
+        help="runs of each loop (ar and the labelled simulations): the median",
+    )
     ap.add_argument(
         "--coreset-sizes", default=",".join(map(str, CORESET_SIZES)), help="forced coreset sizes to time"
     )

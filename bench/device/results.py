@@ -96,6 +96,7 @@ def run_entry(t: dict) -> dict:
         "ar_loop_tok_s",
         "ar_mode",
         "engine_ar_step_speculative_ms",
+        "one_row_step_speculative",
         "raw_ar_step_ms",
         "moe_chunk",
         "preview_floor_ms_by_coreset",

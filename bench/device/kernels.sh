@@ -28,6 +28,8 @@
 #   JOBS      build jobs (default: all cores);  WORK  scratch (default /tmp/clover-kernels)
 #   LAYERS    layers of the timed file (default 4);  REPS  timing.py repetitions (default 20)
 #   GGML_CUDA, BACKEND  ON, CUDA0 (OFF, CPU: a dry run of the script on a machine without a GPU)
+#   VARIANT_PATCH  an experiment on top of the series (e.g. bench/device/mmq-small-blocks.patch), applied
+#             before the build; its before/after is the carried prebuilt libraries (run.sh's ops stage)
 #   PREBUILT  1: no build; the libraries in LIBDIR and the test-backend-ops binary TBO are used as
 #             they are (run.sh's ops stage: its wheel's libraries, test-backend-ops built beside them)
 set -u -o pipefail
@@ -53,7 +55,8 @@ skip() { log "SKIP $1: $2"; echo "{\"stage\": \"$1\", \"skipped\": \"$2\"}" >> "
 
 SRC_TGZ="$CARRY/llama-src.tar.gz"
 [ -f "$SRC_TGZ" ] || { log "no $SRC_TGZ: run bench/device/prepare.py here and carry .devcarry"; exit 2; }
-SRC_SHA=$( (sha256sum "$SRC_TGZ" bench/device/kernels-test-cases.patch | cut -c1-64) | sha256sum | cut -c1-16)
+SRC_SHA=$( (sha256sum "$SRC_TGZ" bench/device/kernels-test-cases.patch ${VARIANT_PATCH:+"$VARIANT_PATCH"} | cut -c1-64) \
+    | sha256sum | cut -c1-16)
 log "kernels.sh: stages=$STAGES budget=${BUDGET_S}s jobs=$JOBS src=$SRC_SHA"
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
   nvcc --version | tail -2 | head -1; } > "$OUT/machine.txt" 2>&1
@@ -87,6 +90,11 @@ elif want build && [ ! -f "$WORK/.built-$SRC_SHA" ]; then
   else
     ( cd "$V" && patch -p1 --forward --batch < "$REPO/bench/device/kernels-test-cases.patch" ) >> "$OUT/kernels.log" 2>&1 \
       || log "kernels-test-cases.patch does not apply"
+  fi
+  if [ -n "${VARIANT_PATCH:-}" ]; then
+    ( cd "$V" && patch -p1 --forward --batch < "$REPO/$VARIANT_PATCH" ) >> "$OUT/kernels.log" 2>&1 \
+      || { log "VARIANT_PATCH $VARIANT_PATCH does not apply"; exit 1; }
+    log "variant: $VARIANT_PATCH applied on top of the series"
   fi
   log "build: cmake ggml + llama (CUDA sm_90, $JOBS jobs)"
   t=$(date +%s)

@@ -155,6 +155,22 @@ def test_mask_token_id_is_the_checkpoints(gguf_factory):
         assert eng.mask_token_id == CheckpointConfig.from_dir(ckpt).model.mask_token_id >= 0
 
 
+def test_a_library_of_another_version_of_the_series_is_refused(gguf_factory, monkeypatch):
+    """The loaded library reports the pass API these bindings are written for (patch 0011's
+    `LLAMA_CLOVER_API_VERSION`); one built from another version of the series (a `git pull`
+    without `make install`) would take misplaced struct fields, so the engine refuses it."""
+    from clover_local.llama import capi
+    from clover_local.llama.engine import EngineError
+
+    assert capi.INSTALLED_API_VERSION == capi.API_VERSION
+    monkeypatch.setattr(capi, "INSTALLED_API_VERSION", 1)
+    monkeypatch.setattr(capi, "PATCHED", False)
+    with pytest.raises(
+        EngineError, match=r"another version of the Clover patch series \(C API 1, this clover-local "
+    ):
+        engine(gguf_factory("tiny")[1])
+
+
 def test_coreset_at_top_p_one_equals_no_coreset(gguf_factory):
     ckpt, path = gguf_factory("tiny")
     mask = CheckpointConfig.from_dir(ckpt).model.mask_token_id

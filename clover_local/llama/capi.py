@@ -1,7 +1,8 @@
 """ctypes bindings of the Clover C API that the patch series adds to `llama.h`.
 
 Same style as `llama_cpp/llama_cpp.py`: each function has its C prototype as a comment and binds
-the library llama-cpp-python loaded. On an unpatched build `PATCHED` is false and nothing is bound.
+the library llama-cpp-python loaded. On an unpatched build, or one of another version of the series
+(`INSTALLED_API_VERSION`), `PATCHED` is false and nothing is bound.
 A few ggml functions, used to inspect graph tensors from an eval callback, are bound as well.
 """
 
@@ -19,7 +20,23 @@ llama_context_p_ctypes = _llama.llama_context_p_ctypes
 llama_token_p = _llama.llama_token_p
 llama_seq_id = _llama.llama_seq_id
 
-PATCHED = hasattr(_lib, "llama_clover_pass")
+# The Clover C API these bindings are written for (`LLAMA_CLOVER_API_VERSION`, patch 0011): a library
+# of another version has another `struct llama_clover_pass_params`, whose fields these bindings would
+# misplace, so it is not used; one without `llama_clover_api_version` has version 1 (0: no Clover API).
+API_VERSION = 2
+
+
+def _installed_api_version() -> int:
+    if not hasattr(_lib, "llama_clover_pass"):
+        return 0
+    if not hasattr(_lib, "llama_clover_api_version"):
+        return 1
+    _lib.llama_clover_api_version.argtypes, _lib.llama_clover_api_version.restype = [], ctypes.c_int32
+    return int(_lib.llama_clover_api_version())
+
+
+INSTALLED_API_VERSION = _installed_api_version()
+PATCHED = INSTALLED_API_VERSION == API_VERSION
 
 
 # LLAMA_API bool llama_model_is_clover(const struct llama_model * model);

@@ -36,7 +36,7 @@ from ..model.decoding_parameters import BY_NAME
 from ..placement import Placement
 from ..prompt_cache import Checkpoint, PromptCache, Reuse
 from ..rpc import RpcError
-from . import capi, rpc
+from . import capi, rpc, unavailable
 from .placement import Params
 
 GGML_LOG_LEVEL_ERROR = 4
@@ -89,12 +89,11 @@ def keep_freed_memory() -> None:
 
 
 def require_patched() -> None:
-    """Fail clearly when the installed llama-cpp-python lacks the Clover patch series."""
-    if not capi.PATCHED:
-        raise EngineError(
-            "the installed llama-cpp-python has no Clover support (llama_clover_* missing): "
-            "run `make install` (patches/build.py) to build the patched wheel"
-        )
+    """Fail clearly when the installed llama-cpp-python lacks the Clover patch series, or has
+    another version of it (a library built before a `git pull`)."""
+    missing = unavailable()
+    if missing is not None:
+        raise EngineError(missing)
 
 
 class LlamaEngine:

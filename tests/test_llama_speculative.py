@@ -248,6 +248,30 @@ def test_speculative_commits_are_final_and_verifications_still_roll_back(gguf, a
     assert_same_state(spec_engine.state_bytes(), ar_engine.state_bytes(), atol=0)
 
 
+def test_a_final_commit_writes_no_rollback_snapshot(spec_engine):
+    """What 0011 saves is observable: after a one-row verification, llama.cpp's rollback of that
+    row reads the snapshot of the state before it; after a final commit there is none, so the same
+    rollback (the engine refuses it, llama.cpp's memory does not) reads another state."""
+    import llama_cpp as ll
+
+    from clover_local.llama.engine import SEQ
+
+    ident = LogitAdjustment.identity(spec_engine.vocab_size)
+    rolled_back = []
+    for final in (False, True):
+        spec_engine.reset()
+        tok, _ = spec_engine.prefill(PROMPTS["long"], ident)
+        before, n = spec_engine.state_bytes(), spec_engine.n_past
+        if final:
+            spec_engine.commit([tok], ident)
+        else:
+            spec_engine.verify_and_draft([tok], RowAdjustments.constant(ident, 1), [])
+        assert ll.llama_memory_seq_rm(ll.llama_get_memory(spec_engine.ctx), SEQ, n, -1)
+        rolled_back.append(spec_engine.state_bytes() == before)
+    spec_engine.reset()
+    assert rolled_back == [True, False]
+
+
 def test_out_of_range_rollbacks_and_verifications_are_refused(ar_engine, spec_engine):
     from clover_local.llama.engine import EngineError
 

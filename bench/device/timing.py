@@ -340,9 +340,10 @@ def interleaved(fns: dict, rounds: int, per_round: int, warmup: int) -> dict:
 
 
 def median_runs(fns: dict, reps: int) -> dict:
-    """Each labelled simulation run `reps` times, round-robin over the settings so that drift hits
-    them alike; per setting the run of median tok/s, with every run's tok/s beside it (one run of
-    a = 0 is a few hundred milliseconds, at the mercy of a busy moment on the host)."""
+    """Each loop run (a function returning a dict with `tokens_per_s`) `reps` times, round-robin
+    over the settings so that drift hits them alike; per setting the run of median tok/s, with
+    every run's tok/s beside it (one run of a = 0 is a few hundred milliseconds, at the mercy of a
+    busy moment on the host)."""
     done: dict = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():

@@ -193,8 +193,6 @@ class LlamaEngine:
         self._prob = (ctypes.c_float * self.n_batch)()
         self._params.out_tokens = ctypes.addressof(self._tok)
         self._params.out_probs = ctypes.addressof(self._prob)
-        self._ids_source: np.ndarray | None = None  # the last pass's adjustment ids, and as int32
-        self._ids = np.zeros(0, dtype=np.int32)
         # the last one-row adjustment and its pass entries; the last sampler; a one-token row buffer
         self._adj_source: LogitAdjustment | None = None
         self._adj_entries = _NO_ENTRIES
@@ -273,7 +271,7 @@ class LlamaEngine:
         draw: Draw | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         self._require_diffusion(block)
-        return self._pass([], block, adj.ids, adj.values[None], routing=routing, draw=draw)
+        return self._pass([], block, *self._entries(adj), routing=routing, draw=draw)
 
     def commit(
         self, tokens: Sequence[int], adj: LogitAdjustment, draw: Draw | None = None
@@ -314,7 +312,7 @@ class LlamaEngine:
         if len(tokens) and len(adjs.ids):
             ids, values = adjs.entries()
         else:
-            ids, values = adjs.base.ids, adjs.base.values[None]
+            ids, values = self._entries(adjs.base)
         with self._appending(tokens):
             tok, prob = self._pass(
                 tokens, preview, ids, values, all_causal=True, logits=sampled, routing=routing, snapshots=True
@@ -372,7 +370,7 @@ class LlamaEngine:
         self._require_diffusion(block)
         self._pass_start = None  # a commit: nothing to roll back
         with self._appending(tokens):
-            tok, prob = self._pass(tokens, block, adj.ids, adj.values[None], routing=routing, draw=draw)
+            tok, prob = self._pass(tokens, block, *self._entries(adj), routing=routing, draw=draw)
         return (int(tok[0]), float(prob[0])), (tok[1:], prob[1:])
 
     # verification and tests
@@ -461,7 +459,8 @@ class LlamaEngine:
 
     def _entries(self, adj: LogitAdjustment) -> tuple[np.ndarray, np.ndarray]:
         """A one-row adjustment as pass entries (int32 ids, float32 values [1, n, 3]), converted
-        once while a loop passes the same adjustment (the loop's host time per token)."""
+        once while the passes take the same adjustment (a loop's host time per token; unchanged
+        entries also keep `_run`'s parameter pointers)."""
         if adj is not self._adj_source:
             values = np.ascontiguousarray(adj.values[None], dtype=np.float32)
             self._adj_source, self._adj_entries = adj, (np.ascontiguousarray(adj.ids, dtype=np.int32), values)
@@ -473,10 +472,8 @@ class LlamaEngine:
         """One `llama_clover_pass` (`_run`, which takes the keyword `options`) with entries `ids` [n]
         and `values` [rows, n, 3] of any integer and float types. Returns the head rows' tokens and
         probabilities: every causal row with `all_causal`, else the last one, then every block row."""
-        values = np.ascontiguousarray(values, dtype=np.float32)
-        if ids is not self._ids_source:  # a loop's unchanged adjustment is converted once, not per pass
-            self._ids_source, self._ids = ids, np.ascontiguousarray(ids, dtype=np.int32)
-        ids = self._ids
+        ids = np.ascontiguousarray(ids, dtype=np.int32)  # the same arrays when they are already
+        values = np.ascontiguousarray(values, dtype=np.float32)  # (`_entries`): `_run` keeps its pointers
         if len(values) > 1:  # the same ids for every row: [rows][n] as the C API reads them
             ids = np.ascontiguousarray(np.broadcast_to(ids, values.shape[:2]))
         n = self._run(tokens, block, ids, values, **options)

@@ -1,11 +1,15 @@
 """Where the speculative mode's time goes when no draft is accepted (a = 0), iteration by iteration.
 
     python bench/spec_iterations.py MODEL.gguf [--tokens 256] [--gpu-layers -1] [--threads 2]
+        [--between] [--first-draft N]
 
 Runs `speculative.speculative_loop` on `simulation.FixedAccept(a=0)` over the speculative engine
 and splits its decoding time into the ordinary `ar` steps, the iterations that carry a draft
 (the optimistic first one, the probes) and the iterations right after them (rollback, graph
 switch), beside the `ar` loop's step on a plain engine of the same file. Prints milliseconds.
+`--between` also reports a run that follows other loops on the same engine (diffusion k = 8,
+speculative a = 2), as in `timing.py`'s round-robin, where their pass shapes hold the graph slots;
+`--first-draft N` (repeatable) a run whose first draft has N tokens instead of the limit.
 """
 
 from __future__ import annotations
@@ -30,39 +34,70 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--gpu-layers", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--between", action="store_true", help="also a run after other loops (graph slots taken)")
+    ap.add_argument(
+        "--first-draft", type=int, action="append", default=[], help="also a run with this first draft length"
+    )
     args = ap.parse_args(argv)
     kw = dict(n_ctx=1024, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
     prompt = list(range(1, 65))
+    runs = {}
     with LlamaEngine(args.model, speculative=True, **kw) as eng:
         mask = eng.mask_token_id
-        s = DecodingSettings(mask_token_id=mask, max_new_tokens=args.tokens, stop_token_ids=())
+        s = DecodingSettings(
+            mask_token_id=mask,
+            max_new_tokens=args.tokens,
+            stop_token_ids=(),
+            coreset_enabled=False,  # as timing.py's simulations
+            coreset_top_p=eng.default_routing.top_p,
+        )
+
+        def a0(first: int | None = None) -> list[speculative.IterationEvent]:
+            spec = speculative.SpeculativeSettings(first_draft=first)
+            loop = speculative.speculative_loop(simulation.FixedAccept(eng, 0), prompt, s, spec)
+            return [e for e in loop if isinstance(e, speculative.IterationEvent)]
+
         for _ in range(2):  # the second run is reported (graphs built, allocations warm)
-            events = [
-                e
-                for e in speculative.speculative_loop(simulation.FixedAccept(eng, 0), prompt, s)
-                if isinstance(e, speculative.IterationEvent)
-            ]
+            runs["a = 0, run after run"] = a0()
+        for first in args.first_draft:
+            for _ in range(2):
+                runs[f"a = 0, first draft {first}"] = a0(first)
+        if args.between:
+            simulation.diffusion(eng, prompt, s, 8)
+            simulation.self_speculative(eng, prompt, s, 2)
+            runs["a = 0 after other loops"] = a0()
     with LlamaEngine(args.model, **kw) as eng:
         for _ in range(2):
             ar = [e.seconds for e in loops.ar_loop(eng, prompt, s) if isinstance(e, loops.TokenEvent)]
+    print(f"ar loop {1e3 * sum(ar):.1f} ms (step median {1e3 * statistics.median(ar):.3f} ms)")
+    for name, events in runs.items():
+        report(name, events)
+    return 0
+
+
+def report(name: str, events: list[speculative.IterationEvent]) -> None:
     drafted = {i for i, e in enumerate(events) if e.draft}
     after = {i + 1 for i in drafted} - drafted
-    before = {i - 1 for i in drafted} - drafted  # the step whose preview made the probe's draft
+    before = {i - 1 for i in drafted if i} - drafted  # the step whose preview made the probe's draft
     groups = {"drafted": drafted, "before a draft": before, "after a draft": after}
-    ordinary = [e.seconds for i, e in enumerate(events) if not any(i in g for g in groups.values())]
-    total = sum(e.seconds for e in events)
+    ordinary = [e for i, e in enumerate(events) if not any(i in g for g in groups.values())]
+    ms = [1e3 * e.seconds for e in ordinary]
+    med = statistics.median(ms)
+    print(f"{name}: {len(events)} iterations, {1e3 * sum(e.seconds for e in events):.1f} ms")
     print(
-        f"{len(events)} iterations, {1e3 * total:.1f} ms; ar loop {1e3 * sum(ar):.1f} ms "
-        f"(step median {1e3 * statistics.median(ar):.3f} ms)"
+        f"  ordinary ar steps: {len(ms)}, {sum(ms):.1f} ms (median {med:.3f} ms, "
+        f"{sum(ms) - med * len(ms):.1f} ms above the median in all)"
     )
+    slow = sorted(ordinary, key=lambda e: -e.seconds)[:8]
     print(
-        f"  ordinary ar steps: {len(ordinary)}, {1e3 * sum(ordinary):.1f} ms "
-        f"(median {1e3 * statistics.median(ordinary):.3f} ms)"
+        "  slowest ordinary steps (iteration: ms): "
+        + " ".join(f"{e.index}: {1e3 * e.seconds:.2f}" for e in slow)
     )
-    for name, idx in groups.items():
-        ms = [1e3 * events[i].seconds for i in sorted(idx)]
-        print(f"  {name}: {len(ms)}, {sum(ms):.1f} ms: " + " ".join(f"{m:.2f}" for m in ms))
-    return 0
+    for group, idx in groups.items():
+        print(
+            f"  {group}: {len(idx)}, {1e3 * sum(events[i].seconds for i in idx):.1f} ms: "
+            + " ".join(f"{i}: {1e3 * events[i].seconds:.2f}" for i in sorted(idx))
+        )
 
 
 if __name__ == "__main__":

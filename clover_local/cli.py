@@ -183,6 +183,14 @@ MODEL_OPTIONS = [
         "--adaptive/--fixed-draft",
         help="speculative: adapt the draft length to the recent acceptance (down to plain AR steps).",
     ),
+    _option(
+        "first_draft",
+        int | None,
+        None,
+        "--first-draft",
+        help="speculative, adaptive: the first draft's length, doubled while every token is kept "
+        "(default: --draft-len).",
+    ),
 ]
 
 
@@ -543,6 +551,7 @@ def load_model(
     refinements: int = 0,
     draft_threshold: float = 0.0,
     adaptive: bool = True,
+    first_draft: int | None = None,
     placement: dict[str, Any] | None = None,
 ) -> Clover:
     """Resolve MODEL (downloading a Hub GGUF) and load it on the chosen backend; `placement`:
@@ -572,7 +581,11 @@ def load_model(
             **(placement or {}),
         )
     clover.draft = SpeculativeSettings(
-        draft_len=draft_len, refinements=refinements, draft_threshold=draft_threshold, adaptive=adaptive
+        draft_len=draft_len,
+        refinements=refinements,
+        draft_threshold=draft_threshold,
+        adaptive=adaptive,
+        first_draft=first_draft,
     )
     return clover
 

@@ -50,6 +50,7 @@ class SpeculativeSettings:
     draft_threshold: float = 0.0  # cut a draft before its first row less confident than this
     adaptive: bool = True  # adapt the draft length to the acceptance (`DraftLength`)
     probe_after: int = 4  # adaptive: plain `ar` steps before drafting again once the length hit 0
+    first_draft: int | None = None  # adaptive: the first draft's length (None: the limit), doubled from there
 
     def draft_limit(self, s: DecodingSettings) -> int:
         """The draft length limit, checked: pending token + draft fill at most one block."""
@@ -60,6 +61,8 @@ class SpeculativeSettings:
             raise ValueError("refinements must be >= 0, probe_after >= 1")
         if not 0 <= self.draft_threshold <= 1:  # NaN too
             raise ValueError(f"draft_threshold must be a number from 0 to 1, got {self.draft_threshold!r}")
+        if self.first_draft is not None and self.first_draft < 0:
+            raise ValueError(f"first_draft must be >= 0, got {self.first_draft}")
         return n
 
 
@@ -81,7 +84,8 @@ class DraftLength:
     close to plain `ar`: a probe costs about ten `ar` steps on a GPU (its two fused passes have
     shapes the loop meets once in a few hundred tokens, so they run eagerly, or get captured as CUDA
     graphs and hardly replayed: docs/performance.md); after a first draft that fails there is one
-    probe in the first 256 tokens, then one per 256. Without `adaptive` it stays at `limit`.
+    probe in the first 256 tokens, then one per 256. It starts at `start` (default: `limit`, an
+    optimistic first draft); without `adaptive` it stays at `limit`.
     """
 
     MAX_PATIENCE = 64
@@ -91,6 +95,7 @@ class DraftLength:
     limit: int
     adaptive: bool = True
     probe_after: int = 4
+    start: int | None = None  # the first length (None: `limit`; ignored unless adaptive)
     length: int = field(init=False)
     _ar_steps: int = field(default=0, init=False)
     _gap: int = field(default=0, init=False)
@@ -99,7 +104,8 @@ class DraftLength:
     _grown: bool = field(default=False, init=False)  # the current length was just doubled
 
     def __post_init__(self) -> None:
-        self.length, self._gap = self.limit, self.probe_after
+        start = self.limit if self.start is None or not self.adaptive else min(self.start, self.limit)
+        self.length, self._gap = start, self.probe_after
 
     def _doubles(self) -> bool:
         """Whether one more full acceptance doubles the length."""
@@ -248,7 +254,7 @@ def speculative_loop(
     prompt, limit = list(prompt), spec.draft_limit(s)
     policy.check_length(len(prompt), s)
     rng, sampler, vocab = np.random.default_rng(s.seed), s.sampler, backend.vocab_size
-    lengths = DraftLength(limit, spec.adaptive, spec.probe_after)
+    lengths = DraftLength(limit, spec.adaptive, spec.probe_after, spec.first_draft)
     running = policy.RunningAdjustment(s, vocab, prompt)  # the response and each pending token
     stops = set(s.stop_token_ids)
 

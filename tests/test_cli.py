@@ -255,12 +255,18 @@ def test_speculative_draft_options_keep_the_ar_output(gguf_factory):
     ar = clover(*common, "--mode", "ar")
     assert ar.returncode == 0, ar.stderr
     want = json.loads(ar.stdout)["clover"]["tokens"]
-    for draft in (["--draft-len", "3", "--fixed-draft"], ["--draft-threshold", "0.5", "--refinements", "1"]):
+    for draft in (
+        ["--draft-len", "3", "--fixed-draft"],
+        ["--draft-threshold", "0.5", "--refinements", "1"],
+        ["--first-draft", "2"],
+    ):
         res = clover(*common, "--mode", "speculative", *draft)
         assert res.returncode == 0, res.stderr
         assert json.loads(res.stdout)["clover"]["tokens"] == want, draft
     bad = clover(*common, "--mode", "speculative", "--draft-len", "99")
     assert "draft_len 99 outside 0..31" in one_error_line(bad)
+    bad = clover(*common, "--mode", "speculative", "--first-draft", "-1")
+    assert "first_draft must be >= 0" in one_error_line(bad) and bad.returncode != 0
 
 
 @pytest.mark.skipif(llama.unavailable() is not None, reason=llama.unavailable() or "")

@@ -17,7 +17,7 @@ from clover_local.model.checkpoint import INDEX_FILE, Checkpoint
 from clover_local.model.config import CheckpointConfig, CloverConfig
 from clover_local.model.tensors import expected_shapes
 from clover_local.testing import make_checkpoint as mc
-from clover_local.testing.safetensors_writer import plan_shards
+from clover_local.testing.safetensors_writer import plan_shards, write_sharded
 from clover_local.testing.tokenizer_files import vocabulary
 
 VARIANTS = ["tiny", "tiny-per-expert", "tiny-lm-prefix", "tiny-tied", "tiny-ar-only", "tiny-qwen-vocab"]
@@ -131,6 +131,27 @@ def test_deterministic_and_seeded(tmp_path: Path, tiny_checkpoint: Path) -> None
     assert _file_bytes(again) == _file_bytes(tiny_checkpoint)
     differ = [n for n, b in _file_bytes(other).items() if b != _file_bytes(again)[n]]
     assert differ == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny-per-expert"])
+def test_concurrent_shards_write_the_same_bytes(tmp_path: Path, preset: str) -> None:
+    """One writer thread or one per shard: identical files (per-expert slices: a cache per thread)."""
+    one = mc.write_checkpoint(tmp_path / "one", preset, workers=1)
+    many = mc.write_checkpoint(tmp_path / "many", preset, workers=3)
+    assert _file_bytes(one) == _file_bytes(many)
+
+
+def test_a_failing_shard_fails_the_concurrent_write(tmp_path: Path) -> None:
+    tensors = [(f"t{i}", (4, 4)) for i in range(6)]
+
+    def source(name: str, shape: tuple[int, ...]):
+        if name == "t3":
+            raise RuntimeError("no values for t3")
+        yield np.zeros(16, np.uint16)
+
+    with pytest.raises(RuntimeError, match="t3"):
+        write_sharded(tmp_path, tensors, 3, source, workers=3)
+    assert not (tmp_path / INDEX_FILE).exists()
 
 
 def test_layers_override_keeps_shared_values(tmp_path: Path, tiny_checkpoint: Path) -> None:

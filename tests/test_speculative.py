@@ -338,6 +338,19 @@ def test_draft_length_doubles_on_full_acceptance_drops_to_the_agreeing_run_and_p
     assert fixed.length == 5
 
 
+def test_a_first_draft_shorter_than_the_limit_doubles_from_there(model, mask_id):
+    """`first_draft`: drafts of 2, 4, then the limit (7) when every drafted token is kept; same output."""
+    prompt, s = PROMPTS["long"], settings(mask_id, 8, max_new_tokens=24)
+    ar = last_result(ar_loop(NumpyBackend(model), prompt, s))
+    backend = NumpyBackend(Prophet(model, prompt + list(ar.tokens)))
+    events, result = run(backend, prompt, s, SpeculativeSettings(first_draft=2))
+    assert result.tokens == ar.tokens
+    assert [len(e.draft) for e in events][:4] == [2, 4, 7, 7]
+    assert DraftLength(limit=7, start=9).length == 7 and DraftLength(7, adaptive=False, start=2).length == 7
+    with pytest.raises(ValueError, match="first_draft"):
+        next(speculative.speculative_loop(backend, prompt, s, SpeculativeSettings(first_draft=-1)))
+
+
 @pytest.mark.parametrize("a", [1, 2, 3, 5])
 def test_draft_length_settles_under_a_steady_acceptance(a):
     """With a accepted whenever more are drafted, cut drafts (each costing an iteration) get rare:

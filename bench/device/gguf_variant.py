@@ -1,11 +1,14 @@
-"""Derive GGUF variants for the benchmarks without re-converting: fewer layers, or upstream's arch.
+"""Derive GGUF variants for the benchmarks without re-converting: other layer counts, or upstream's arch.
 
     python bench/device/gguf_variant.py IN.gguf OUT.gguf [--layers N] [--arch qwen35moe]
 
 `--layers N` keeps the first N layers (the layer pattern is periodic, full attention every 4th,
 so the first N layers of a synthetic file are a valid N-layer model with the same per-layer
-weights). `--arch qwen35moe` rewrites a clover-moe file as the upstream baseline upstream runs for
-Clover: `general.architecture` becomes `qwen35moe`, every `clover-moe.*` key is renamed, and what
+weights); N above the file's count repeats its layers (layer i is a copy of layer i mod L), so a
+synthetic file of a few generated layers gives the real 40-layer shapes for timing (the source's
+count must be a multiple of the attention interval, which every per-layer array then repeats).
+`--arch qwen35moe` rewrites a clover-moe file as the upstream baseline upstream runs for Clover:
+`general.architecture` becomes `qwen35moe`, every `clover-moe.*` key is renamed, and what
 upstream does not know is dropped (`clover-moe.diffusion.*` keys, the per-layer diffusion tensors
 `ssm_conv1d_right`, `ssm_bd_*`), so upstream's loader sees exactly its own tensor set. Tensor
 bytes are copied, never re-encoded.
@@ -51,37 +54,43 @@ def variant(src: str, dst: str, layers: int | None = None, arch: str | None = No
             and len(value) == n_layers_src
             and "dimension_sections" not in name
         ):
-            value = value[:layers]  # per-layer arrays (attention.recurrent_layers, ...)
+            # per-layer arrays (attention.recurrent_layers, ...), cut or repeated
+            value = [value[i % n_layers_src] for i in range(layers)]
         w.add_key_value(name, value, vtype, sub_type=sub)
 
     def keep(t) -> bool:
-        if new_arch != src_arch and any(p in t.name for p in DROP_TENSOR_PARTS):
-            return False
-        m = BLK.match(t.name)
-        return not (layers is not None and m and int(m.group(1)) >= layers)
+        return new_arch == src_arch or not any(p in t.name for p in DROP_TENSOR_PARTS)
 
+    # (name, tensor): the global tensors once, each kept layer's from layer i mod the source's count
     kept = [t for t in r.tensors if keep(t)]
+    by_layer: dict[int, list] = {}
     for t in kept:
-        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+        if m := BLK.match(t.name):
+            by_layer.setdefault(int(m.group(1)), []).append(t)
+    out = [(t.name, t) for t in kept if not BLK.match(t.name)]
+    for i in range(n_layers_src if layers is None else layers):
+        out += [(BLK.sub(f"blk.{i}.", t.name), t) for t in by_layer[i % n_layers_src]]
+    for name, t in out:
+        w.add_tensor_info(name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for t in kept:
+    for _, t in out:
         w.write_tensor_data(t.data)
     w.close()
-    return len(kept), len(r.tensors) - len(kept)
+    return len(out), len(r.tensors) - len(kept)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("src")
     ap.add_argument("dst")
-    ap.add_argument("--layers", type=int, help="keep the first N layers")
+    ap.add_argument("--layers", type=int, help="keep the first N layers (more than the file's: repeat them)")
     ap.add_argument("--arch", help="rename the architecture (qwen35moe: the upstream baseline)")
     a = ap.parse_args(argv)
     t0 = time.time()
     kept, dropped = variant(a.src, a.dst, a.layers, a.arch)
-    print(f"wrote {a.dst}: {kept} tensors kept, {dropped} dropped, in {time.time() - t0:.1f} s", flush=True)
+    print(f"wrote {a.dst}: {kept} tensors, {dropped} dropped, in {time.time() - t0:.1f} s", flush=True)
     return 0
 
 

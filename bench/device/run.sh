@@ -12,7 +12,7 @@
 #             smallest), CUDA graphs on and off -> $OUT/slots-*.json
 #             spec: bench/spec_iterations.py on every clover file of the first quant under each of $SPEC's
 #             settings (same form as $SWEEP; default "slots:LLAMA_GRAPH_CACHE=4 one-graph:LLAMA_GRAPH_CACHE=0",
-#             patch 0401's graph slots on and off)
+#             patch 0401's graph slots on and off), with $SPEC_ARGS (e.g. "--between --first-draft 3")
 #             cbench: `clover bench --simulate` on the largest clover file of the first quant;
 #             nographs: its engine passes again with GGML_CUDA_DISABLE_GRAPHS=1 (what CUDA graphs buy)
 #             sweep: every clover file of the first quant again under each of $SWEEP's settings,
@@ -38,6 +38,10 @@
 #             `PREBUILT=1 kernels.sh` into $OUT/ops ($OPS_STAGES, default eval,perf)
 #   LAYERS    layer counts to time, e.g. "4 8"; the largest is generated and converted, the
 #             others are its first N layers (bench/device/gguf_variant.py)          (default "4 8")
+#   GEN_LAYERS  layers generated and converted instead of the largest of LAYERS (a multiple of 4):
+#             larger counts repeat its layers, e.g. LAYERS="8 40" GEN_LAYERS=8 times the real
+#             40-layer shapes from an 8-layer checkpoint; the checkpoint is then deleted after
+#             conversion (disk), unless the parity stage wants it
 #   QUANTS    converter outtypes, e.g. "q4_k_m q8_0"                     (default "q4_k_m")
 #   BUDGET_S  seconds after which remaining stages are skipped (a run must end inside 600 s,
 #             leave margin for the copy back)                            (default 510)
@@ -73,6 +77,7 @@ note() { log "SKIP $1: $2"; echo "{\"stage\": \"$1\", \"skipped\": \"$2\"}" >> "
 
 LMAX=0; for l in $LAYERS; do (( l > LMAX )) && LMAX=$l; done
 LMIN=$LMAX; for l in $LAYERS; do (( l < LMIN )) && LMIN=$l; done
+GEN=${GEN_LAYERS:-$LMAX}
 SRC_TGZ="$CARRY/llama-src.tar.gz"
 [ -f "$SRC_TGZ" ] || { log "no $SRC_TGZ: run bench/device/prepare.py here and carry .devcarry"; exit 2; }
 SRC_SHA=$( (sha256sum "$SRC_TGZ" | cut -c1-64; echo "${BUILD_CC:-}${BUILD_CXX:-}") | sha256sum | cut -c1-16)
@@ -198,20 +203,22 @@ if want ops && [ ! -x "$TBO" ]; then
 fi
 
 # ---- checkpoint + conversion (while the build runs) ------------------------------------------
-CK="$WORK/ck-$LMAX"
+CK="$WORK/ck-$GEN"
+converted() { local q; for q in $QUANTS; do [ -f "$WORK/clover-$GEN-$q.gguf" ] || return 1; done; }
 if want gen; then
   if [ -f "$CK/.done" ]; then log "gen: reusing $CK"
+  elif converted; then log "gen: every quant of $GEN layers converted already"
   elif (( $(left) < 200 )); then note gen "too little time left ($(left) s)"
   else
     rm -rf "$CK"
-    log "gen: $PRESET synthetic checkpoint, $LMAX layers"
-    $PY -m clover_local.testing.make_checkpoint "$CK" --preset "$PRESET" --layers "$LMAX" 2>&1 | tail -3 | tee -a "$OUT/run.log" \
+    log "gen: $PRESET synthetic checkpoint, $GEN layers"
+    $PY -m clover_local.testing.make_checkpoint "$CK" --preset "$PRESET" --layers "$GEN" 2>&1 | tail -3 | tee -a "$OUT/run.log" \
       && touch "$CK/.done"
   fi
 fi
 if want convert; then
   for q in $QUANTS; do
-    G="$WORK/clover-$LMAX-$q.gguf"
+    G="$WORK/clover-$GEN-$q.gguf"
     if [ -f "$G" ]; then log "convert: reusing $G"; continue; fi
     if [ ! -f "$CK/.done" ]; then note "convert-$q" "no checkpoint"; continue; fi
     if (( $(left) < 150 )); then note "convert-$q" "too little time left ($(left) s)"; continue; fi
@@ -225,9 +232,12 @@ if want convert; then
     fi
     [ -f "$G.tmp" ] && mv "$G.tmp" "$G" || note "convert-$q" "converter failed"
   done
+  if [ "$GEN" != "$LMAX" ] && ! want parity && converted; then
+    rm -rf "$CK"; log "convert: checkpoint deleted (disk: $(df -h "$WORK" | awk 'NR==2 {print $4}') free)"
+  fi
 fi
 variants() {  # $1 quant, $2 arch ('' keeps clover-moe): prints the files, one per layer count
-  local q=$1 arch=$2 l f src="$WORK/clover-$LMAX-$1.gguf"
+  local q=$1 arch=$2 l f src="$WORK/clover-$GEN-$1.gguf"
   for l in $LAYERS; do
     if [ -n "$arch" ]; then f="$WORK/$arch-$l-$q.gguf"; else f="$WORK/clover-$l-$q.gguf"; fi
     if [ ! -f "$f" ] && [ -f "$src" ]; then
@@ -249,7 +259,7 @@ for q in $QUANTS; do
   if want baseline || want cpumoe; then variants "$q" qwen35moe > /dev/null & VPIDS+=($!); fi
   if want clover && [ "$NPATCH" -gt 0 ]; then variants "$q" "" > /dev/null & VPIDS+=($!); fi
 done
-(( ${#VPIDS[@]} )) && { log "variants: ${#VPIDS[@]} jobs"; wait "${VPIDS[@]}"; log "variants done"; }
+(( ${#VPIDS[@]} )) && { log "variants: ${#VPIDS[@]} jobs"; wait "${VPIDS[@]}"; log "variants done ($(df -h "$WORK" | awk 'NR==2 {print $4}') free)"; }
 
 # ---- ggml-cpu extra buffer types (no CUDA wheel needed) --------------------------------------
 if want extrabufts; then
@@ -398,7 +408,7 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
         stag=${setting%%:*}; IFS=, read -ra svars <<< "${setting#*:}"
         log "spec: bench/spec_iterations.py on $(basename "$f"), $stag (${setting#*:})"
         ( export "${svars[@]}"
-          $PY bench/spec_iterations.py "$f" --gpu-layers -1 2> "$WORK/spec-$(basename "$f" .gguf)-$stag.stderr" ) \
+          $PY bench/spec_iterations.py "$f" --gpu-layers -1 ${SPEC_ARGS:-} 2> "$WORK/spec-$(basename "$f" .gguf)-$stag.stderr" ) \
           | tee -a "$OUT/run.log" || note "spec-$stag" "spec_iterations failed on $f"
       done
     done
@@ -427,7 +437,7 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
       timeout $(( $(left) - 20 )) $PY bench/device/parity.py --out "$WORK/parity.json" \
           --presets "${PARITY_PRESETS:-tiny,small}" --quants "${PARITY_QUANTS:-f32,q8_0,q4_k_m}" \
           --extra-bufts "$OUT/extra_bufts.json" \
-          $( [ "$LMAX" = 4 ] && [ -f "$CK/.done" ] && echo "--checkpoint full-width=$CK" ) 2>&1 \
+          $( [ "$GEN" = 4 ] && [ -f "$CK/.done" ] && echo "--checkpoint full-width=$CK" ) 2>&1 \
           | grep -E '^\[' | tail -40 | tee -a "$OUT/run.log" || note parity "parity run failed or cut short"
     fi
   fi

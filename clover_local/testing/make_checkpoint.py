@@ -23,6 +23,7 @@ import math
 import os
 import shutil
 import sys
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -259,11 +260,12 @@ def normal_params(name: str, shape: tuple[int, ...], p: Preset) -> tuple[float, 
 
 
 class WeightSource:
-    """Stored name, shape -> BF16 chunks; per-expert tensors are slices of the fused values."""
+    """Stored name, shape -> BF16 chunks; per-expert tensors are slices of the fused values (kept
+    per thread: the shards are written concurrently)."""
 
     def __init__(self, p: Preset, seed: int, mask_token_id: int):
         self.p, self.seed, self.mask_token_id = p, seed, mask_token_id
-        self._fused: tuple[str, np.ndarray] | None = None
+        self._local = threading.local()
 
     def __call__(self, stored: str, shape: tuple[int, ...]) -> Iterator[np.ndarray]:
         name = canonical_name(stored)
@@ -296,9 +298,11 @@ class WeightSource:
         inter, h = p.moe_intermediate_size, p.hidden_size
         fused = f"layers.{layer}.mlp.experts." + ("down_proj" if proj == "down_proj" else "gate_up_proj")
         shape = (p.num_experts, h, inter) if proj == "down_proj" else (p.num_experts, 2 * inter, h)
-        if self._fused is None or self._fused[0] != fused:
-            self._fused = (fused, np.concatenate(list(self._values(fused, shape))).reshape(shape))
-        w = self._fused[1][e]
+        cached = getattr(self._local, "fused", None)
+        if cached is None or cached[0] != fused:
+            values = np.concatenate(list(self._values(fused, shape))).reshape(shape)
+            cached = self._local.fused = (fused, values)
+        w = cached[1][e]
         return {"gate_proj": w[:inter], "up_proj": w[inter:], "down_proj": w}[proj].reshape(-1)
 
 
@@ -318,8 +322,11 @@ def resolve_preset(preset: str, layers: int | None = None) -> Preset:
     return p if layers is None else replace(p, num_layers=layers)
 
 
-def write_checkpoint(out_dir: Path, preset: str, seed: int = 0, *, layers: int | None = None) -> Path:
-    """Write a generated checkpoint into `out_dir` (absent or empty) and return its path.
+def write_checkpoint(
+    out_dir: Path, preset: str, seed: int = 0, *, layers: int | None = None, workers: int | None = None
+) -> Path:
+    """Write a generated checkpoint into `out_dir` (absent or empty) and return its path; `workers`
+    threads write the shards (default: one per core), the same bytes for any count.
 
     Everything is written into a hidden sibling directory first and renamed at the end, so an
     interrupted run never leaves a half-written checkpoint behind.
@@ -331,7 +338,7 @@ def write_checkpoint(out_dir: Path, preset: str, seed: int = 0, *, layers: int |
     tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
     tmp.mkdir(parents=True)
     try:
-        _write_all(tmp, p, seed)
+        _write_all(tmp, p, seed, workers)
         if out_dir.exists():
             out_dir.rmdir()
         tmp.rename(out_dir)
@@ -341,7 +348,7 @@ def write_checkpoint(out_dir: Path, preset: str, seed: int = 0, *, layers: int |
     return out_dir
 
 
-def _write_all(out: Path, p: Preset, seed: int) -> None:
+def _write_all(out: Path, p: Preset, seed: int, workers: int | None) -> None:
     v = write_tokenizer(out, p.tokenizer, CONTEXT_LIMIT)
     if v.size > p.vocab_size:
         raise ValueError(f"tokenizer has {v.size} tokens but the preset's vocab_size is {p.vocab_size}")
@@ -352,7 +359,7 @@ def _write_all(out: Path, p: Preset, seed: int) -> None:
     tensors = stored_tensors(p, cfg)
     total = sum(math.prod(s) * 2 for _, s in tensors)
     n_shards = max(p.min_shards, math.ceil(total / SHARD_BYTES))
-    write_sharded(out, tensors, n_shards, WeightSource(p, seed, v.added["<|mask|>"]))
+    write_sharded(out, tensors, n_shards, WeightSource(p, seed, v.added["<|mask|>"]), workers)
 
 
 def _write_json(path: Path, obj: dict[str, Any]) -> None:

@@ -97,7 +97,9 @@ class FixedAccept:
     """A `backend.SpeculativeBackend` whose verifier agrees with exactly `a` drafted tokens.
 
     The verifier's picks for the first `a` drafted positions are replaced by the drafted tokens
-    and the next pick is made to differ; the drafts' confidences read 1 (no threshold cut).
+    and the next pick is made to differ; the drafts' confidences read 1 (no threshold cut). The
+    speculative loop's shadow check (a plain step right after a pass that drafted nothing, whose
+    pick is compared with that pass's first preview token) agrees exactly when `a` >= 1.
     Greedy only: a sampled run's acceptance is decided by the distributions.
     """
 
@@ -108,10 +110,12 @@ class FixedAccept:
         self.vocab_size = inner.vocab_size
         self.capabilities = Capabilities(speculative=True, max_verify_rows=inner.capabilities.max_verify_rows)
         self.default_routing = inner.default_routing
+        self._shadow: int | None = None  # the first preview token of a pass that drafted nothing
 
     def prefill(
         self, tokens: Sequence[int], adj: LogitAdjustment, draw: Draw | None = None
     ) -> tuple[int, float]:
+        self._shadow = None
         return self.inner.prefill(tokens, adj, draw)
 
     def preview(
@@ -126,9 +130,14 @@ class FixedAccept:
     def commit(
         self, tokens: Sequence[int], adj: LogitAdjustment, draw: Draw | None = None
     ) -> tuple[int, float]:
-        return self.inner.commit(tokens, adj, draw)
+        pick, prob = self.inner.commit(tokens, adj, draw)
+        shadow, self._shadow = self._shadow, None
+        if shadow is not None and len(tokens) == 1:  # a shadow check: agree iff a >= 1
+            pick = shadow if self.a else (pick + 1) % self.vocab_size if pick == shadow else pick
+        return pick, prob
 
     def rollback(self, n_keep: int) -> None:
+        self._shadow = None
         self.inner.rollback(n_keep)
 
     def verify_and_draft(
@@ -143,6 +152,7 @@ class FixedAccept:
             raise ValueError("the acceptance simulation is greedy only")
         v = self.inner.verify_and_draft(tokens, adjs, preview, sampler, routing)
         drafted = list(tokens[1:])
+        self._shadow = int(v.draft_tokens[0]) if not drafted and len(v.draft_tokens) else None
         picks = np.array(v.tokens, copy=True)
         n = min(self.a, len(drafted))
         picks[:n] = drafted[:n]

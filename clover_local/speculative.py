@@ -21,6 +21,14 @@ Partial acceptance (a < k): the backend rolls back to n+1+a positions. The previ
 ran over a state holding the rejected rows, so it is discarded and the next iteration verifies
 the bonus alone and drafts in the same pass: no extra pass and never a stale draft.
 
+Shadow check: until a drafted token has been accepted (at the start, and after the adaptive
+length fell to 0 and probes again: `DraftLength.probing`) a preview is not verified at once. The
+next iteration is a plain `ar` step, whose pick is compared with the preview's first token; only if
+they agree does the iteration after it verify the rest. The preview's tokens are proposals made
+before that step, and a proposal may come from anywhere: verification keeps the output exact
+(greedy) or `ar`-distributed (sampled; the rows were drawn independently of the check). A draft
+that would have failed costs no verification pass and no rollback.
+
 Stops and budget: one policy (`policy`) for every mode. Row j's adjustment counts the response
 plus rows[:j+1] (`RowAdjustments`), exactly as `loops.ar_loop`'s step would; a draft is cut
 after its first stop token and to the remaining budget, and every returned token is committed.
@@ -79,13 +87,17 @@ class DraftLength:
       tried ever more rarely; a run of agreement still grows it as fast as slow start.
 
     At 0 the iterations are plain `ar` steps without a preview; after `probe_after` of them the
-    length goes back to 1 to measure again, and every draft that finds nothing accepted multiplies
-    that wait by `PROBE_BACKOFF` (up to `MAX_PROBE_GAP`), so a model whose drafts never agree costs
-    close to plain `ar`: a probe costs about ten `ar` steps on a GPU (its two fused passes have
-    shapes the loop meets once in a few hundred tokens, so they run eagerly, or get captured as CUDA
-    graphs and hardly replayed: docs/performance.md); after a first draft that fails there is one
-    probe in the first 256 tokens, then one per 256. It starts at `start` (default: `limit`, an
-    optimistic first draft); without `adaptive` it stays at `limit`.
+    length goes back to 1 to measure again, and every further check in a row that finds nothing
+    accepted multiplies that wait by `PROBE_BACKOFF` (up to `MAX_PROBE_GAP`): a draft that never
+    agrees is checked at the start, after 4 and 32 more steps, then every 256. It starts at `start`
+    (default: `limit`); without `adaptive` it stays at `limit`.
+
+    `probing`: no drafted token has been accepted since the start or since the length fell to 0.
+    Then a preview is not verified at once: the loop checks its first token against the next
+    plain `ar` step (the shadow check) and verifies the rest only if it agreed, so a model whose
+    drafts never agree costs a preview pass per probe and nothing else: no verification pass, no
+    rollback (the multi-row passes of a probe have shapes the loop meets once in a few hundred
+    tokens, so they run without a built graph: docs/performance.md).
     """
 
     MAX_PATIENCE = 64
@@ -98,14 +110,21 @@ class DraftLength:
     start: int | None = None  # the first length (None: `limit`; ignored unless adaptive)
     length: int = field(init=False)
     _ar_steps: int = field(default=0, init=False)
-    _gap: int = field(default=0, init=False)
+    _misses: int = field(default=0, init=False)  # checks in a row that accepted nothing
     _streak: int = field(default=0, init=False)  # full acceptances in a row at this length
     _patience: int = field(default=1, init=False)  # full acceptances in a row before doubling
     _grown: bool = field(default=False, init=False)  # the current length was just doubled
+    probing: bool = field(default=True, init=False)
 
     def __post_init__(self) -> None:
         start = self.limit if self.start is None or not self.adaptive else min(self.start, self.limit)
-        self.length, self._gap = start, self.probe_after
+        self.length, self.probing = start, self.adaptive
+
+    @property
+    def gap(self) -> int:
+        """Plain `ar` steps at length 0 before the next probe."""
+        wait = self.probe_after * self.PROBE_BACKOFF ** max(self._misses - 1, 0)
+        return min(self.MAX_PROBE_GAP, wait)
 
     def _doubles(self) -> bool:
         """Whether one more full acceptance doubles the length."""
@@ -132,12 +151,11 @@ class DraftLength:
                 if self._grown:
                     self._patience = min(self.MAX_PATIENCE, 2 * self._patience)
                 self.length, self._streak, self._grown = accepted, 0, False
-            backoff = min(self.MAX_PROBE_GAP, self.PROBE_BACKOFF * self._gap)
-            self._gap = self.probe_after if accepted else backoff
-            self._ar_steps = 0
+            self._misses = 0 if accepted else self._misses + 1
+            self._ar_steps, self.probing = 0, not accepted
         elif self.length == 0:
             self._ar_steps += 1
-            if self._ar_steps >= self._gap:
+            if self._ar_steps >= self.gap:
                 self.length, self._ar_steps = min(1, self.limit), 0
 
 
@@ -192,6 +210,10 @@ class _Draft:
         if n >= len(self.tokens):
             return self
         return _Draft(self.tokens[:n], None if self.dist is None else self.dist[:n])
+
+    def tail(self) -> _Draft:
+        """All but the first token: what a shadow leaves to verify once its first token agreed."""
+        return _Draft(self.tokens[1:], None if self.dist is None else self.dist[1:])
 
 
 def _sample(rng: np.random.Generator, weights: np.ndarray) -> int:
@@ -280,8 +302,18 @@ def speculative_loop(
     v = backend.verify_and_draft(
         prompt[-1:], RowAdjustments.constant(adj, 1), masks() if drafting else [], sampler, s.routing
     )
+
+    def from_preview(v: Verification) -> tuple[_Draft, _Draft | None]:
+        """(the draft the next iteration verifies, the shadow it checks instead) from a pass's
+        preview: while `lengths.probing` the whole preview is a shadow, whose first token the next
+        plain `ar` step checks before any pass verifies the rest."""
+        if not lengths.probing:
+            return _propose(v, lengths.length, spec.draft_threshold, rng), None
+        shadow = _propose(v, len(v.draft_tokens), spec.draft_threshold, rng)
+        return _NO_DRAFT, (shadow if shadow.tokens else None)
+
     pending = int(v.tokens[0]) if v.dist is None else _sample(rng, v.dist[0])
-    draft = _propose(v, lengths.length, spec.draft_threshold, rng)
+    draft, shadow = from_preview(v)
     prefill_seconds = time.perf_counter() - start
 
     response: list[int] = []
@@ -302,7 +334,7 @@ def speculative_loop(
         draft = draft.cut(next((i + 1 for i, t in enumerate(draft.tokens) if t in stops), len(draft.tokens)))
         rows = [pending, *draft.tokens]
         ends = any(t in stops for t in rows) or len(draft.tokens) == room  # if every draft token is kept
-        wanted = not ends and preview_fits(position + len(rows))
+        wanted = not ends and shadow is None and preview_fits(position + len(rows))
         if draft.tokens or wanted or not sampler.greedy:
             adjs = policy.row_adjustments(s, vocab, prompt, response, rows)
             v = backend.verify_and_draft(rows, adjs, masks() if wanted else [], sampler, s.routing)
@@ -315,12 +347,17 @@ def speculative_loop(
             running.append(t)
         if a < len(draft.tokens):
             backend.rollback(len(prompt) + len(response))
-        lengths.update(len(draft.tokens), a)
-        # the pass's preview saw every causal row: a valid draft only if none was rejected
-        if v is None or a < len(draft.tokens):
-            draft = _NO_DRAFT
+        if shadow is not None:  # this step's pick checked the shadow's first token
+            agreed = bonus == shadow.tokens[0]
+            lengths.update(1, int(agreed))
+            draft, shadow = (shadow.tail().cut(lengths.length) if agreed else _NO_DRAFT), None
         else:
-            draft = _propose(v, lengths.length, spec.draft_threshold, rng)
+            lengths.update(len(draft.tokens), a)
+            # the pass's preview saw every causal row: a valid draft only if none was rejected
+            if v is None or a < len(draft.tokens):
+                draft = _NO_DRAFT
+            else:
+                draft, shadow = from_preview(v)
         drafted.append(len(rows) - 1)
         accepted.append(a)
         per_iteration.append(len(kept))

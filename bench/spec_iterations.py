@@ -1,15 +1,14 @@
 """Where the speculative mode's time goes when no draft is accepted (a = 0), iteration by iteration.
 
-    python bench/spec_iterations.py MODEL.gguf [--tokens 256] [--gpu-layers -1] [--threads 2]
-        [--between] [--first-draft N]
+    python bench/spec_iterations.py MODEL.gguf [--tokens 256] [--gpu-layers -1] [--threads 2] [--between]
 
 Runs `speculative.speculative_loop` on `simulation.FixedAccept(a=0)` over the speculative engine
-and splits its decoding time into the ordinary `ar` steps, the iterations that carry a draft
-(the optimistic first one, the probes) and the iterations right after them (rollback, graph
-switch), beside the `ar` loop's step on a plain engine of the same file. Prints milliseconds.
-`--between` also reports a run that follows other loops on the same engine (diffusion k = 8,
-speculative a = 2), as in `timing.py`'s round-robin, where their pass shapes hold the graph slots;
-`--first-draft N` (repeatable) a run whose first draft has N tokens instead of the limit.
+and splits its decoding time into the ordinary `ar` steps, the iterations that ran a preview (the
+probes, whose first token the next step checks), the ones that verified a draft and the ones
+right after a rollback, beside the `ar` loop's step on a plain engine of the same file. Prints
+milliseconds. `--between` also reports a run that follows other loops on the same engine
+(diffusion k = 8, speculative a = 2), as in `timing.py`'s round-robin, where their pass shapes
+hold the graph slots.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +28,29 @@ from clover_local.llama.engine import LlamaEngine  # noqa: E402
 from clover_local.policy import DecodingSettings  # noqa: E402
 
 
+class Previews:
+    """The engine, noting whether a call since the last `take` ran a preview (the prompt's pass,
+    the first call after `start`, is not an iteration's)."""
+
+    def __init__(self, inner: LlamaEngine):
+        self.inner, self.ran, self.first = inner, False, False
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self.inner, name)
+
+    def verify_and_draft(self, tokens: Sequence[int], adjs, preview: Sequence[int], *args):  # noqa: ANN001, ANN201
+        self.ran |= len(preview) > 0 and not self.first
+        self.first = False
+        return self.inner.verify_and_draft(tokens, adjs, preview, *args)
+
+    def start(self) -> None:
+        self.ran, self.first = False, True
+
+    def take(self) -> bool:
+        ran, self.ran = self.ran, False
+        return ran
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
@@ -35,33 +58,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-layers", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--between", action="store_true", help="also a run after other loops (graph slots taken)")
-    ap.add_argument(
-        "--first-draft", type=int, action="append", default=[], help="also a run with this first draft length"
-    )
     args = ap.parse_args(argv)
     kw = dict(n_ctx=1024, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
     prompt = list(range(1, 65))
     runs = {}
     with LlamaEngine(args.model, speculative=True, **kw) as eng:
-        mask = eng.mask_token_id
         s = DecodingSettings(
-            mask_token_id=mask,
+            mask_token_id=eng.mask_token_id,
             max_new_tokens=args.tokens,
             stop_token_ids=(),
             coreset_enabled=False,  # as timing.py's simulations
             coreset_top_p=eng.default_routing.top_p,
         )
+        marked = Previews(eng)
 
-        def a0(first: int | None = None) -> list[speculative.IterationEvent]:
-            spec = speculative.SpeculativeSettings(first_draft=first)
-            loop = speculative.speculative_loop(simulation.FixedAccept(eng, 0), prompt, s, spec)
-            return [e for e in loop if isinstance(e, speculative.IterationEvent)]
+        def a0() -> list[tuple[speculative.IterationEvent, bool]]:
+            marked.start()
+            loop = speculative.speculative_loop(simulation.FixedAccept(marked, 0), prompt, s)
+            return [(e, marked.take()) for e in loop if isinstance(e, speculative.IterationEvent)]
 
         for _ in range(2):  # the second run is reported (graphs built, allocations warm)
             runs["a = 0, run after run"] = a0()
-        for first in args.first_draft:
-            for _ in range(2):
-                runs[f"a = 0, first draft {first}"] = a0(first)
         if args.between:
             simulation.diffusion(eng, prompt, s, 8)
             simulation.self_speculative(eng, prompt, s, 2)
@@ -75,11 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def report(name: str, events: list[speculative.IterationEvent]) -> None:
-    drafted = {i for i, e in enumerate(events) if e.draft}
-    after = {i + 1 for i in drafted} - drafted
-    before = {i - 1 for i in drafted if i} - drafted  # the step whose preview made the probe's draft
-    groups = {"drafted": drafted, "before a draft": before, "after a draft": after}
+def report(name: str, marked: list[tuple[speculative.IterationEvent, bool]]) -> None:
+    events = [e for e, _ in marked]
+    groups = {
+        "with a preview": {i for i, (_, preview) in enumerate(marked) if preview},
+        "verifying a draft": {i for i, e in enumerate(events) if e.draft},
+        "after a rollback": {i + 1 for i, e in enumerate(events) if e.accepted < len(e.draft)},
+    }
     ordinary = [e for i, e in enumerate(events) if not any(i in g for g in groups.values())]
     ms = [1e3 * e.seconds for e in ordinary]
     med = statistics.median(ms)
@@ -94,6 +113,7 @@ def report(name: str, events: list[speculative.IterationEvent]) -> None:
         + " ".join(f"{e.index}: {1e3 * e.seconds:.2f}" for e in slow)
     )
     for group, idx in groups.items():
+        idx = {i for i in idx if i < len(events)}
         print(
             f"  {group}: {len(idx)}, {1e3 * sum(events[i].seconds for i in idx):.1f} ms: "
             + " ".join(f"{i}: {1e3 * events[i].seconds:.2f}" for i in sorted(idx))

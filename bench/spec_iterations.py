@@ -1,14 +1,15 @@
 """Where the speculative mode's time goes when no draft is accepted (a = 0), iteration by iteration.
 
-    python bench/spec_iterations.py MODEL.gguf [--tokens 256] [--gpu-layers -1] [--threads 2] [--between]
+    python bench/spec_iterations.py MODEL.gguf [--tokens 256] [--gpu-layers -1] [--threads 2]
+        [--between] [--reps 2]
 
 Runs `speculative.speculative_loop` on `simulation.FixedAccept(a=0)` over the speculative engine
 and splits its decoding time into the ordinary `ar` steps, the iterations that ran a preview (the
 probes, whose first token the next step checks), the ones that verified a draft and the ones
-right after a rollback, beside the `ar` loop's step on a plain engine of the same file. Prints
-milliseconds. `--between` also reports a run that follows other loops on the same engine
-(diffusion k = 8, speculative a = 2), as in `timing.py`'s round-robin, where their pass shapes
-hold the graph slots.
+right after a rollback, beside the `ar` loop on a plain engine of the same file, loaded beside it
+and run alternately. Prints milliseconds. `--between` also reports a run that follows other loops
+on the same engine (diffusion k = 8, speculative a = 2), as in `timing.py`'s round-robin, where
+their pass shapes hold the graph slots.
 """
 
 from __future__ import annotations
@@ -58,11 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-layers", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--between", action="store_true", help="also a run after other loops (graph slots taken)")
+    ap.add_argument("--reps", type=int, default=2, help="timed rounds of an `ar` run then an a = 0 run")
     args = ap.parse_args(argv)
     kw = dict(n_ctx=1024, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
     prompt = list(range(1, 65))
-    runs = {}
-    with LlamaEngine(args.model, speculative=True, **kw) as eng:
+    runs: dict[str, list] = {}
+    ar: list[list[float]] = []
+    # both engines loaded, their runs alternated, so that drift and clocks hit them alike
+    with LlamaEngine(args.model, speculative=True, **kw) as eng, LlamaEngine(args.model, **kw) as plain:
         s = DecodingSettings(
             mask_token_id=eng.mask_token_id,
             max_new_tokens=args.tokens,
@@ -77,16 +81,19 @@ def main(argv: list[str] | None = None) -> int:
             loop = speculative.speculative_loop(simulation.FixedAccept(marked, 0), prompt, s)
             return [(e, marked.take()) for e in loop if isinstance(e, speculative.IterationEvent)]
 
-        for _ in range(2):  # the second run is reported (graphs built, allocations warm)
-            runs["a = 0, run after run"] = a0()
+        for rep in range(args.reps + 1):  # the first round warms up (graphs built, kernels loaded)
+            steps = [e.seconds for e in loops.ar_loop(plain, prompt, s) if isinstance(e, loops.TokenEvent)]
+            run = a0()
+            if rep:
+                ar.append(steps)
+                runs[f"a = 0, run {rep}"] = run
         if args.between:
             simulation.diffusion(eng, prompt, s, 8)
             simulation.self_speculative(eng, prompt, s, 2)
             runs["a = 0 after other loops"] = a0()
-    with LlamaEngine(args.model, **kw) as eng:
-        for _ in range(2):
-            ar = [e.seconds for e in loops.ar_loop(eng, prompt, s) if isinstance(e, loops.TokenEvent)]
-    print(f"ar loop {1e3 * sum(ar):.1f} ms (step median {1e3 * statistics.median(ar):.3f} ms)")
+    for i, steps in enumerate(ar, 1):
+        med = statistics.median(steps)
+        print(f"ar loop, run {i}: {1e3 * sum(steps):.1f} ms (step median {1e3 * med:.3f} ms)")
     for name, events in runs.items():
         report(name, events)
     return 0

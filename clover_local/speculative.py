@@ -88,9 +88,10 @@ class DraftLength:
 
     At 0 the iterations are plain `ar` steps without a preview; after `probe_after` of them the
     length goes back to 1 to measure again, and every further check in a row that finds nothing
-    accepted multiplies that wait by `PROBE_BACKOFF` (up to `MAX_PROBE_GAP`): a draft that never
-    agrees is checked at the start, after 4 and 32 more steps, then every 256. It starts at `start`
-    (default: `limit`); without `adaptive` it stays at `limit`.
+    accepted multiplies that wait by `PROBE_BACKOFF` (up to `MAX_PROBE_GAP`). The start counts as
+    one miss (nothing has agreed yet), so a draft that never agrees is checked at the start (the
+    prompt's pass), after 32 steps, then every 256, while a miss after an accepted draft waits 4.
+    It starts at `start` (default: `limit`); without `adaptive` it stays at `limit`.
 
     `probing`: no drafted token has been accepted since the start or since the length fell to 0.
     Then a preview is not verified at once: the loop checks its first token against the next
@@ -110,7 +111,7 @@ class DraftLength:
     start: int | None = None  # the first length (None: `limit`; ignored unless adaptive)
     length: int = field(init=False)
     _ar_steps: int = field(default=0, init=False)
-    _misses: int = field(default=0, init=False)  # checks in a row that accepted nothing
+    _misses: int = field(default=1, init=False)  # checks in a row that accepted nothing (none yet: one)
     _streak: int = field(default=0, init=False)  # full acceptances in a row at this length
     _patience: int = field(default=1, init=False)  # full acceptances in a row before doubling
     _grown: bool = field(default=False, init=False)  # the current length was just doubled

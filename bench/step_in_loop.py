@@ -1,16 +1,21 @@
-"""Why a decoding loop's step can cost more than the same step timed alone: one engine, four kinds
-of 256-step runs from the same prompt, round-robin, each step's time inside `llama_clover_pass`.
+"""A decoding loop's tokens per second against the same step timed alone and against upstream's
+step, all in one process and round-robin (drift and clocks hit them alike): 256-token runs from
+the same prompt length, each step's time inside `llama_clover_pass` and each run's wall time.
 
-    python bench/step_in_loop.py MODEL.gguf [--baseline QWEN35MOE.gguf] [--gpu-layers -1]
-        [--prompt 512] [--n-ctx 12800] [--reps 3]
+    python bench/step_in_loop.py MODEL.gguf [--baseline QWEN35MOE.gguf] [--speculative]
+        [--gpu-layers -1] [--prompt 512] [--n-ctx 12800] [--reps 3]
 
 - random tokens, no adjustment: how `bench/device/timing.py` times the engine's AR step;
 - random tokens, the loop's adjustment (the mask token, stops, ramps, counted per step);
 - each step's pick fed back, no adjustment;
-- the `ar` loop itself (`loops.ar_loop`).
+- the `ar` loop itself (`loops.ar_loop`);
+- `--speculative`: the speculative loop at a = 0 (`simulation.FixedAccept`) on a second engine
+  built for it, loaded beside the first;
+- `--baseline`: upstream's step on its `qwen35moe` twin (random tokens, its own context), timed
+  around `llama_decode` and the logits read.
 
-With `--baseline`, upstream's step on its `qwen35moe` twin (random tokens, its own context) joins
-the round-robin, timed around `llama_decode` and the logits read. Prints medians in ms per step.
+Prints per kind the median step (ms) and tokens per second over the run's wall time, with the
+ratio to upstream's.
 """
 
 from __future__ import annotations
@@ -29,10 +34,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.device.timing import Raw  # noqa: E402
-from clover_local import loops  # noqa: E402
+from clover_local import loops, simulation, speculative  # noqa: E402
 from clover_local.backend import LogitAdjustment  # noqa: E402
 from clover_local.llama import capi, engine  # noqa: E402
 from clover_local.policy import DecodingSettings, RunningAdjustment  # noqa: E402
+
+UPSTREAM = "upstream's step (random tokens)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-ctx", type=int, default=12800)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--speculative", action="store_true", help="also the speculative loop at a = 0")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     inside: list[float] = []
@@ -57,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
 
     engine.capi.llama_clover_pass = timed_pass
     eng = engine.LlamaEngine(args.model, n_ctx=args.n_ctx, n_gpu_layers=args.gpu_layers)
+    spec = None
+    if args.speculative:
+        spec = engine.LlamaEngine(
+            args.model, n_ctx=args.n_ctx, n_gpu_layers=args.gpu_layers, speculative=True
+        )
     base = None
     if args.baseline:
         base = Raw(args.baseline, args.gpu_layers, True, args.n_ctx, 512, 512, None)
@@ -72,22 +85,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     identity = LogitAdjustment.identity(eng.vocab_size)
 
-    def steps(kind: str) -> list[float]:
-        """One run of `kind` from the prompt; the time of each step's pass."""
-        eng.reset()
-        running = RunningAdjustment(s, eng.vocab_size, prompt)
-        token, _ = eng.prefill(prompt, identity)
+    def steps(kind: str) -> tuple[list[float], float]:
+        """One run of `kind` from the prompt: the time of each step's pass, and the run's seconds."""
+        e = spec if kind == "a = 0 loop" else eng
+        assert e is not None
+        e.reset()
+        running = RunningAdjustment(s, e.vocab_size, prompt)
+        token, _ = e.prefill(prompt, identity)
         inside.clear()
         if kind == "ar loop":
-            loops.last_result(loops.ar_loop(eng, prompt, s))
-            return inside[1:]  # inside[0]: the loop's own prefill
+            r = loops.last_result(loops.ar_loop(e, prompt, s))
+            return inside[1:], r.seconds - r.prefill_seconds  # inside[0]: the loop's own prefill
+        if kind == "a = 0 loop":
+            r = loops.last_result(speculative.speculative_loop(simulation.FixedAccept(e, 0), prompt, s))
+            return inside[2:], r.seconds - r.prefill_seconds  # its prefill and the prompt's pass
+        t0 = time.perf_counter()
         for _ in range(args.tokens):
             fed = token if kind.startswith("picks") else int(rng.integers(0, vocab))
             running.append(fed)
-            token, _ = eng.commit([fed], running.adjustment() if "adjustment" in kind else identity)
-        return list(inside)
+            token, _ = e.commit([fed], running.adjustment() if "adjustment" in kind else identity)
+        return list(inside), time.perf_counter() - t0
 
-    def upstream() -> list[float]:
+    def upstream() -> tuple[list[float], float]:
         assert base is not None
         base.clear()
         base.decode([int(t) for t in rng.integers(0, vocab, size=args.prompt)], "last")
@@ -96,31 +115,36 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             base.decode([int(rng.integers(0, vocab))], "last")
             out.append(time.perf_counter() - t0)
-        return out
+        return out, sum(out)
 
-    kinds: dict[str, Callable[[], list[float]]] = {
-        k: (lambda k=k: steps(k))
-        for k in (
-            "random tokens, no adjustment",
-            "random tokens, loop adjustment",
-            "picks, no adjustment",
-            "ar loop",
-        )
-    }
+    names = [
+        "random tokens, no adjustment",
+        "random tokens, loop adjustment",
+        "picks, no adjustment",
+        "ar loop",
+    ]
+    kinds: dict[str, Callable[[], tuple[list[float], float]]] = {k: (lambda k=k: steps(k)) for k in names}
+    if spec is not None:
+        kinds["a = 0 loop"] = lambda: steps("a = 0 loop")
     if base is not None:
-        kinds["upstream's step (random tokens)"] = upstream
-    done: dict[str, list[float]] = {k: [] for k in kinds}
+        kinds[UPSTREAM] = upstream
+    done: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
     for rep in range(args.reps + 1):  # the first round warms up
         for name, fn in kinds.items():
-            ms = 1e3 * statistics.median(fn())
+            step_s, run_s = fn()
             if rep:
-                done[name].append(ms)
+                done[name].append((1e3 * statistics.median(step_s), args.tokens / run_s))
     engine.capi.llama_clover_pass = raw_pass
-    print(f"{Path(args.model).name}: prompt {args.prompt}, n_ctx {args.n_ctx}, {args.tokens} steps a run")
-    for name, ms in done.items():
-        runs = ", ".join(f"{m:.3f}" for m in ms)
-        print(f"  {name}: median step {statistics.median(ms):.3f} ms (runs: {runs})")
+    print(f"{Path(args.model).name}: prompt {args.prompt}, n_ctx {args.n_ctx}, {args.tokens} tokens a run")
+    up = statistics.median(t for _, t in done[UPSTREAM]) if UPSTREAM in done else None
+    for name, runs in done.items():
+        step, tok_s = statistics.median(m for m, _ in runs), statistics.median(t for _, t in runs)
+        vs = f", {tok_s / up:.3f}x upstream's" if up else ""
+        each = ", ".join(f"{t:.1f}" for _, t in runs)
+        print(f"  {name}: median step {step:.3f} ms, {tok_s:.1f} tok/s{vs} (runs: {each})")
     eng.close()
+    if spec is not None:
+        spec.close()
     if base is not None:
         base.close()
     return 0

@@ -27,10 +27,8 @@ from clover_local.llama import capi, engine  # noqa: E402
 from clover_local.policy import DecodingSettings  # noqa: E402
 
 
-def host_split(eng: engine.LlamaEngine, prompt: list[int], s: DecodingSettings) -> dict:
-    """The `ar` loop's wall time per token, split into `llama_clover_pass` and the rest (the loop's
-    and the engine's Python): medians in microseconds."""
-    inside: list[float] = []
+def timing_pass(inside: list[float]):  # noqa: ANN201
+    """`capi.llama_clover_pass` appending each call's seconds to `inside` (to put in its place)."""
     raw_pass = capi.llama_clover_pass
 
     def timed_pass(ctx, params):  # noqa: ANN001, ANN202
@@ -38,6 +36,16 @@ def host_split(eng: engine.LlamaEngine, prompt: list[int], s: DecodingSettings) 
         rc = raw_pass(ctx, params)
         inside.append(time.perf_counter() - t0)
         return rc
+
+    return timed_pass
+
+
+def host_split(eng: engine.LlamaEngine, prompt: list[int], s: DecodingSettings) -> dict:
+    """The `ar` loop's wall time per token, split into `llama_clover_pass` and the rest (the loop's
+    and the engine's Python): medians in microseconds."""
+    inside: list[float] = []
+    raw_pass = capi.llama_clover_pass
+    timed_pass = timing_pass(inside)
 
     def stub_pass(ctx, params):  # noqa: ANN001, ANN202
         eng._tok[0], eng._prob[0] = 1 + len(inside) % 97, 0.5  # no pass: the loop's Python alone

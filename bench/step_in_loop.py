@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.device.timing import Raw  # noqa: E402
+from bench.loop_host import timing_pass  # noqa: E402
 from clover_local import loops, simulation, speculative  # noqa: E402
 from clover_local.backend import LogitAdjustment  # noqa: E402
 from clover_local.llama import capi, engine  # noqa: E402
@@ -51,28 +52,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-ctx", type=int, default=12800)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, help="CPU threads of each context (default: llama.cpp's)")
     ap.add_argument("--speculative", action="store_true", help="also the speculative loop at a = 0")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     inside: list[float] = []
     raw_pass = capi.llama_clover_pass
-
-    def timed_pass(ctx, params):  # noqa: ANN001, ANN202
-        t0 = time.perf_counter()
-        rc = raw_pass(ctx, params)
-        inside.append(time.perf_counter() - t0)
-        return rc
-
-    engine.capi.llama_clover_pass = timed_pass
-    eng = engine.LlamaEngine(args.model, n_ctx=args.n_ctx, n_gpu_layers=args.gpu_layers)
+    engine.capi.llama_clover_pass = timing_pass(inside)
+    kw = dict(n_ctx=args.n_ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads)
+    eng = engine.LlamaEngine(args.model, **kw)
     spec = None
     if args.speculative:
-        spec = engine.LlamaEngine(
-            args.model, n_ctx=args.n_ctx, n_gpu_layers=args.gpu_layers, speculative=True
-        )
+        spec = engine.LlamaEngine(args.model, **kw, speculative=True)
     base = None
     if args.baseline:
-        base = Raw(args.baseline, args.gpu_layers, True, args.n_ctx, 512, 512, None)
+        base = Raw(args.baseline, args.gpu_layers, True, args.n_ctx, 512, 512, args.threads)
     vocab = min(eng.vocab_size, 248000)
     prompt = [int(t) for t in rng.integers(0, vocab, size=args.prompt)]
     s = DecodingSettings(

@@ -21,6 +21,7 @@ ratio to upstream's.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, help="CPU threads of each context (default: llama.cpp's)")
     ap.add_argument("--speculative", action="store_true", help="also the speculative loop at a = 0")
+    ap.add_argument("--json", type=Path, help="also write the figures there")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     inside: list[float] = []
@@ -131,11 +133,20 @@ def main(argv: list[str] | None = None) -> int:
     engine.capi.llama_clover_pass = raw_pass
     print(f"{Path(args.model).name}: prompt {args.prompt}, n_ctx {args.n_ctx}, {args.tokens} tokens a run")
     up = statistics.median(t for _, t in done[UPSTREAM]) if UPSTREAM in done else None
+    out: dict = {"file": Path(args.model).name, "prompt": args.prompt, "n_ctx": args.n_ctx, "kinds": {}}
     for name, runs in done.items():
         step, tok_s = statistics.median(m for m, _ in runs), statistics.median(t for _, t in runs)
         vs = f", {tok_s / up:.3f}x upstream's" if up else ""
         each = ", ".join(f"{t:.1f}" for _, t in runs)
         print(f"  {name}: median step {step:.3f} ms, {tok_s:.1f} tok/s{vs} (runs: {each})")
+        out["kinds"][name] = {
+            "step_ms": step,
+            "tok_s": tok_s,
+            "tok_s_runs": [t for _, t in runs],
+            "vs_upstream": tok_s / up if up else None,
+        }
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
     eng.close()
     if spec is not None:
         spec.close()

@@ -1,7 +1,8 @@
 """Results of the H200 runs: merge a run's timing files into one JSON, save it under
 `bench/results/`, and write the H200 table of `docs/performance.md`.
 
-    python bench/device/results.py merge timing-*.json [--clover-bench ...] [--parity P] --out result.json
+    python bench/device/results.py merge timing-*.json [--clover-bench ...] [--loops ...] [--parity P]
+        --out result.json
     python bench/device/results.py combine A.json B.json --out C.json   # several calls as one run
     python bench/device/results.py save RESULT.json            # -> bench/results/<UTC date>-<label>.json
     python bench/device/results.py table bench/results/X.json [--update docs/performance.md]
@@ -24,6 +25,7 @@ RESULTS = ROOT / "bench" / "results"
 DOC = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- h200-table:begin -->", "<!-- h200-table:end -->"
 FULL_LAYERS = 40
+UPSTREAM_IN_LOOPS = "upstream's step (random tokens)"  # bench/step_in_loop.py's baseline kind
 DEFAULT_MOE_CHUNK = 0  # the engine dispatches the routed experts at once (no llama_clover_bench_tuning)
 METRICS = (
     "ar_step_ms",
@@ -309,6 +311,10 @@ def merge(args) -> dict:
             res["clover_bench"][Path(p).stem.removeprefix("clover-bench-")] = d
     res["parity"] = _load(args.parity) if args.parity else None
     res["profile"] = _load(args.profile) if args.profile else None
+    # bench/step_in_loop.py: the loops and upstream's step round-robin in one process, by file
+    res["loops_one_process"] = {
+        Path(p).stem.removeprefix("loops-"): d for p in args.loops or [] if (d := _load(p))
+    }
     return res
 
 
@@ -323,6 +329,7 @@ def combine(args) -> dict:
     res["clover_bench"] = {k: v for d in parts for k, v in (d.get("clover_bench") or {}).items()}
     res["parity"] = next((d["parity"] for d in reversed(parts) if d.get("parity")), None)
     res["profile"] = next((d["profile"] for d in reversed(parts) if d.get("profile")), None)
+    res["loops_one_process"] = {k: v for d in parts for k, v in (d.get("loops_one_process") or {}).items()}
     res["combined_from"] = [
         {"date_utc": d.get("date_utc"), "label": d.get("label"), "build": d.get("build")} for d in parts
     ]
@@ -480,6 +487,13 @@ def goals(d: dict) -> list[str]:
                 f" adjustment entries {ar['engine_ar_step_loop_adjustment_ratio']:.2f})",
                 f"ar loop / upstream AR tok/s {ar['ar_loop_ratio']:.2f} (upstream's step timed around it)",
             ]
+        one = (d.get("loops_one_process") or {}).get(f"clover-{layers}-{d.get('quant')}", {}).get("kinds", {})
+        if one.get(UPSTREAM_IN_LOOPS, {}).get("tok_s"):
+            pairs = [("ar loop", "ar loop"), ("a = 0 loop", "speculative a=0")]
+            items.append(
+                "in one process, round-robin with upstream's step (bench/step_in_loop.py): "
+                + ", ".join(f"{label} {one[k]['vs_upstream']:.3f}x" for k, label in pairs if k in one)
+            )
         out += ["", f"Goals at {layers} layers ({d.get('quant')}): " + "; ".join(items) + "."]
     fits = fits_of(d["runs"]) if d.get("runs") else d.get("fits", {})  # files saved before a metric existed
 
@@ -548,6 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("merge")
     m.add_argument("timings", nargs="*")
     m.add_argument("--clover-bench", nargs="*", default=[])
+    m.add_argument("--loops", nargs="*", default=[], help="bench/step_in_loop.py --json files")
     m.add_argument("--parity")
     m.add_argument("--profile")
     m.add_argument("--meta")

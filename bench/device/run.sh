@@ -6,7 +6,9 @@
 #                                      `.venv/bin/python bench/device/prepare.py`)
 #
 # Environment (all optional):
-#   STAGES    comma list of build,gen,convert,baseline,clover,parity,cbench,nographs,spec (default: all but spec)
+#   STAGES    comma list of build,gen,convert,baseline,clover,loops,parity,cbench,nographs,spec (default: all but spec)
+#             loops: bench/step_in_loop.py on each clover file beside its qwen35moe twin (the `ar` loop, a = 0
+#             and upstream's step round-robin in one process) -> result.json's loops_one_process
 #             slots: bench/graph_slots.py (the labelled simulations with patch 0401's slots on and off, in one
 #             process, with each pass shape's time) on the clover files of $SLOTS_LAYERS (default: the
 #             smallest), CUDA graphs on and off -> $OUT/slots-*.json
@@ -58,7 +60,7 @@ REPO=$(pwd)
 OUT=${OUT:-/tmp/clover-out}; mkdir -p "$OUT"
 WORK=${WORK:-/tmp/clover-dev}; mkdir -p "$WORK"
 CARRY=${CARRY:-$REPO/.devcarry}
-STAGES=${STAGES:-build,gen,convert,baseline,clover,parity,cbench,nographs,profile}
+STAGES=${STAGES:-build,gen,convert,baseline,clover,loops,parity,cbench,nographs,profile}
 LAYERS=${LAYERS:-4 8}
 QUANTS=${QUANTS:-q4_k_m}
 BUDGET_S=${BUDGET_S:-510}
@@ -256,8 +258,8 @@ variants() {  # $1 quant, $2 arch ('' keeps clover-moe): prints the files, one p
 NPATCH=$($PY -c "import json; print(len(json.load(open('$CARRY/meta.json'))['patches']))" 2>/dev/null || echo 0)
 VPIDS=()
 for q in $QUANTS; do
-  if want baseline || want cpumoe; then variants "$q" qwen35moe > /dev/null & VPIDS+=($!); fi
-  if want clover && [ "$NPATCH" -gt 0 ]; then variants "$q" "" > /dev/null & VPIDS+=($!); fi
+  if want baseline || want cpumoe || want loops; then variants "$q" qwen35moe > /dev/null & VPIDS+=($!); fi
+  if { want clover || want loops || want spec; } && [ "$NPATCH" -gt 0 ]; then variants "$q" "" > /dev/null & VPIDS+=($!); fi
 done
 (( ${#VPIDS[@]} )) && { log "variants: ${#VPIDS[@]} jobs"; wait "${VPIDS[@]}"; log "variants done ($(df -h "$WORK" | awk 'NR==2 {print $4}') free)"; }
 
@@ -293,7 +295,7 @@ clover_bench() {  # $1 gguf, $2 tag: the runtime's own `clover bench` on the sam
     || { note "clover-bench-$2" "clover bench failed"; rm -f "$WORK/clover-bench-$2.json"; }
 }
 [ -n "${RETIME:-}" ] && rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
-if want baseline || want clover || want parity || want cbench || want nographs || want legacy || want sweep || want profile || want cpumoe || want ops || want spec || want slots; then
+if want baseline || want clover || want loops || want parity || want cbench || want nographs || want legacy || want sweep || want profile || want cpumoe || want ops || want spec || want slots; then
   wait_build || note timings "no CUDA wheel"
 fi
 # The image builds with /opt/gcc (its own GCC), whose libstdc++ need not be the one the dynamic
@@ -401,6 +403,19 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
       tail -5 "$WORK/profile.stderr" >> "$OUT/run.log" 2>/dev/null
     fi
   fi
+  # ---- the loops and upstream's step round-robin in one process (issue 11's "same run") ---------
+  if want loops && [ "$PATCHED" = 1 ]; then
+    for l in $LAYERS; do
+      f="$WORK/clover-$l-$FIRSTQ.gguf"; b="$WORK/qwen35moe-$l-$FIRSTQ.gguf"
+      [ -f "$f" ] && [ -f "$b" ] || { note "loops-$l" "no clover file or qwen35moe twin"; continue; }
+      [ -f "$WORK/loops-clover-$l-$FIRSTQ.json" ] && continue
+      if (( $(left) < 30 + l * 2 )); then note "loops-$l" "too little time left ($(left) s)"; continue; fi
+      log "loops: bench/step_in_loop.py on $(basename "$f") beside $(basename "$b")"
+      timeout $(( $(left) - 10 )) $PY bench/step_in_loop.py "$f" --baseline "$b" --speculative --gpu-layers -1 \
+          --prompt 512 --n-ctx 12800 --reps 3 --json "$WORK/loops-clover-$l-$FIRSTQ.json" \
+          2> "$WORK/loops-$l.stderr" | tee -a "$OUT/run.log" || note "loops-$l" "step_in_loop failed"
+    done
+  fi
   # ---- speculative a = 0, iteration by iteration (CUDA graphs on and off) ---------------------
   if want spec && [ "$PATCHED" = 1 ]; then
     for f in $(variants "$FIRSTQ" ""); do
@@ -446,6 +461,7 @@ fi
 # ---- result ------------------------------------------------------------------------------------
 log "writing the result"
 $PY bench/device/results.py merge "$WORK"/timing-*.json --clover-bench "$WORK"/clover-bench-*.json --parity "$WORK/parity.json" \
+    --loops "$WORK"/loops-*.json \
     --meta "$CARRY/meta.json" --machine "$OUT/machine.txt" --cmake-args "$CMAKE_ARGS_USED" --profile "$WORK/profile.json" \
     --build-s "$(cat "$WORK/build_s.txt" 2>/dev/null || echo '')" --notes "$OUT/notes.jsonl" \
     --label "$LABEL" --out "$OUT/result.json" 2>&1 | tee -a "$OUT/run.log"

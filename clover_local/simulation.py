@@ -133,7 +133,10 @@ class FixedAccept:
         pick, prob = self.inner.commit(tokens, adj, draw)
         shadow, self._shadow = self._shadow, None
         if shadow is not None and len(tokens) == 1:  # a shadow check: agree iff a >= 1
-            pick = shadow if self.a else (pick + 1) % self.vocab_size if pick == shadow else pick
+            if self.a:
+                pick = shadow
+            elif pick == shadow:
+                pick = (pick + 1) % self.vocab_size
         return pick, prob
 
     def rollback(self, n_keep: int) -> None:

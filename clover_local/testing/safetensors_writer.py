@@ -111,8 +111,13 @@ def write_sharded(
     shards = plan_shards(tensors, n_shards)
     workers = max(1, min(workers or os.cpu_count() or 1, len(shards)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for done in [pool.submit(write_shard, out_dir / s.file, s, source) for s in shards]:
-            done.result()  # the first failure, after every shard has stopped
+        futures = [pool.submit(write_shard, out_dir / s.file, s, source) for s in shards]
+        try:
+            for done in futures:
+                done.result()
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # shards not started are dropped; running ones finish
+            raise
     write_index(out_dir, shards)
     return shards
 

@@ -7,8 +7,10 @@
 #   bash bench/device/kernels.sh        (in the repo root there; carry [".devcarry"], made here by
 #                                        `.venv/bin/python bench/device/prepare.py`)
 #
-# Before/after: one build; GGML_CUDA_CLOVER_LEGACY=1 (read once per process) puts the kernels back
-# on their upstream paths. "wide" also lets the new paths take larger batches than their defaults
+# Before/after: one build; each mode is a measurement switch read once per process: legacy
+# (GGML_CUDA_CLOVER_LEGACY=1) puts the kernels back on their upstream paths, nosmall
+# (GGML_CUDA_MMQ_SMALL_BLOCKS=0) only MMQ's 8-32 column configs (patch 0103), default is the series,
+# tiles the series with MMQ's stream-k run one block per tile, no fix-up (patch 0104's switch at 0). "wide" also lets the new paths take larger batches than their defaults
 # (GGML_CUDA_MMVQ_MAX_COLS=64, GGML_CUDA_MMQ_TILE_PER_EXPERT_MAX_BATCH=512), to find the crossovers.
 #
 # Environment (all optional):
@@ -19,16 +21,19 @@
 #             gen: the 4-layer Q4_K_M file for `passes` (run.sh's gen + convert, while building);
 #             eval: test-backend-ops `test` of MUL_MAT_ID_SMALL / MUL_MAT_SMALL / MUL_MAT_ID_SMALL_GLU (the
 #             cases of bench/device/kernels-test-cases.patch) against the CPU, default and wide paths;
-#             perf: the same ops' perf cases at the model's shapes, legacy and default;
+#             perf: the same ops' perf cases at the model's shapes, in each of MODES;
 #             passes: bench/device/timing.py (engine passes, no simulations; experts in one dispatch
-#             and in chunks of 8 rows, llama_clover_bench_tuning of patch 0007), legacy and default;
+#             and in chunks of 8 rows, llama_clover_bench_tuning of patch 0007), in each of
+#             PASS_MODES (a mode named twice runs twice: the table takes the median per pass);
 #             wide: the perf cases with the new paths beyond their default limits;
 #             upstream: upstream's own MUL_MAT_ID eval cases with the wide paths
+#   MODES     the perf stage's modes, in order (default "legacy nosmall default")
+#   PASS_MODES  the passes stage's (default "legacy nosmall default nosmall default")
 #   BUDGET_S  seconds after which the remaining stages are skipped        (default 550)
 #   JOBS      build jobs (default: all cores);  WORK  scratch (default /tmp/clover-kernels)
 #   LAYERS    layers of the timed file (default 4);  REPS  timing.py repetitions (default 20)
 #   GGML_CUDA, BACKEND  ON, CUDA0 (OFF, CPU: a dry run of the script on a machine without a GPU)
-#   VARIANT_PATCH  an experiment on top of the series (e.g. bench/device/mmq-small-blocks.patch), applied
+#   VARIANT_PATCH  an experiment on top of the series (a patch file), applied
 #             before the build; its before/after is the carried prebuilt libraries (run.sh's ops stage)
 #   PREBUILT  1: no build; the libraries in LIBDIR and the test-backend-ops binary TBO are used as
 #             they are (run.sh's ops stage: its wheel's libraries, test-backend-ops built beside them)
@@ -40,6 +45,8 @@ WORK=${WORK:-/tmp/clover-kernels}; mkdir -p "$WORK"
 CARRY=${CARRY:-$REPO/.devcarry}
 STAGES=${STAGES:-build,gen,eval,perf,passes}
 BUDGET_S=${BUDGET_S:-550}
+MODES=${MODES:-legacy nosmall default}
+PASS_MODES=${PASS_MODES:-legacy nosmall default nosmall default}
 JOBS=${JOBS:-$(nproc)}
 LAYERS=${LAYERS:-4}
 REPS=${REPS:-20}
@@ -52,6 +59,15 @@ log() { echo "[$(date -u +%H:%M:%S) +$(( $(date +%s) - T0 ))s] $*" | tee -a "$OU
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 skip() { log "SKIP $1: $2"; echo "{\"stage\": \"$1\", \"skipped\": \"$2\"}" >> "$OUT/notes.jsonl"; }
+mode_env() {  # the switches of a mode (see the header)
+  case $1 in
+    legacy) echo GGML_CUDA_CLOVER_LEGACY=1 ;;
+    nosmall) echo GGML_CUDA_CLOVER_LEGACY=0 GGML_CUDA_MMQ_SMALL_BLOCKS=0 ;;
+    default) echo GGML_CUDA_CLOVER_LEGACY=0 ;;
+    tiles) echo GGML_CUDA_CLOVER_LEGACY=0 GGML_CUDA_MMQ_TILES_MIN_EFFICIENCY=0 ;;
+    *) echo "unknown mode $1" >&2; exit 2 ;;
+  esac
+}
 
 SRC_TGZ="$CARRY/llama-src.tar.gz"
 [ -f "$SRC_TGZ" ] || { log "no $SRC_TGZ: run bench/device/prepare.py here and carry .devcarry"; exit 2; }
@@ -148,13 +164,14 @@ tbo() {  # $1 log name, $2 seconds allowed, then env assignments and test-backen
 if [ -x "$TBO" ]; then
   if want eval; then
     tbo eval-default 200 GGML_CUDA_CLOVER_LEGACY=0 "$TBO" test -b $BACKEND -o "$OPS,MUL_MAT_ID_SMALL_GLU"
+    [[ " $MODES $PASS_MODES " == *" tiles "* ]] && tbo eval-tiles 100 $(mode_env tiles) "$TBO" test -b $BACKEND -o "$OPS"
     # wide moves only MUL_MAT_SMALL's paths (the MUL_MAT_ID_SMALL cases stay within 64 rows)
     tbo eval-wide 60 "${WIDE[@]}" "$TBO" test -b $BACKEND -o MUL_MAT_SMALL
   fi
   if want perf; then
-    for mode in legacy default; do
+    for mode in $MODES; do
       if (( $(left) < 120 )); then skip "perf-$mode" "too little time left ($(left) s)"; continue; fi
-      tbo perf-$mode 110 GGML_CUDA_CLOVER_LEGACY=$([ $mode = legacy ] && echo 1 || echo 0) "$TBO" perf -b $BACKEND -o "$OPS"
+      tbo perf-$mode 110 $(mode_env $mode) "$TBO" perf -b $BACKEND -o "$OPS"
     done
   fi
 else
@@ -162,7 +179,7 @@ else
   want perf && skip perf "no test-backend-ops"
 fi
 
-# ---- engine passes, legacy and default, same build ------------------------------------------------
+# ---- engine passes in each of PASS_MODES, same build ----------------------------------------------
 if want passes; then
   if [ -n "$RUN_PID" ]; then log "waiting for gen + convert"; wait "$RUN_PID"; RUN_PID=""; tail -5 "$WORK/run.log" >> "$OUT/kernels.log"; fi
   SITE="$WORK/site"
@@ -179,13 +196,16 @@ if want passes; then
   fi
   if [ ! -f "$GGUF" ]; then skip passes "no $GGUF (see run/run.log)"
   else
-    for mode in legacy default; do
-      if (( $(left) < 60 )); then skip "passes-$mode" "too little time left ($(left) s)"; continue; fi
-      legacy=0; [ $mode = legacy ] && legacy=1
-      log "timing.py $mode on $GGUF"
-      GGML_CUDA_CLOVER_LEGACY=$legacy timeout 150 $PY bench/device/timing.py "$GGUF" --out "$LOGS/passes-$mode.json" \
-          --reps "$REPS" --pp 512 --no-sim --moe-chunks 0,8 --label "kernels-$mode" \
-          > "$LOGS/passes-$mode.log" 2>&1 || { tail -15 "$LOGS/passes-$mode.log" | tee -a "$OUT/kernels.log"; skip "passes-$mode" "timing.py failed"; }
+    declare -A nrun=()
+    for mode in $PASS_MODES; do
+      nrun[$mode]=$(( ${nrun[$mode]:-0} + 1 ))
+      name=$mode; (( ${nrun[$mode]} > 1 )) && name=$mode-${nrun[$mode]}
+      [ -f "$LOGS/passes-$name.json" ] && continue  # a warm second call keeps the first call's runs
+      if (( $(left) < 60 )); then skip "passes-$name" "too little time left ($(left) s)"; continue; fi
+      log "timing.py $name on $GGUF"
+      env $(mode_env $mode) timeout 150 $PY bench/device/timing.py "$GGUF" --out "$LOGS/passes-$name.json" \
+          --reps "$REPS" --pp 512 --no-sim --moe-chunks 0,8 --label "kernels-$name" \
+          > "$LOGS/passes-$name.log" 2>&1 || { tail -15 "$LOGS/passes-$name.log" | tee -a "$OUT/kernels.log"; skip "passes-$name" "timing.py failed"; }
     done
   fi
 fi

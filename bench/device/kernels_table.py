@@ -1,5 +1,6 @@
-"""Summary of a `bench/device/kernels.sh` run: the op checks against the CPU, the per-op timings
-legacy / default / wide, and the engine's passes legacy / default, as one JSON and a short table.
+"""Summary of a `bench/device/kernels.sh` run: the op checks against the CPU, the per-op timings and
+the engine's passes in each mode (legacy, nosmall, default, tiles, wide: kernels.sh's header says
+what each switches), as one JSON and a short table.
 
     python bench/device/kernels_table.py OUT_DIR --out OUT_DIR/kernels.json [--build-s S]
 
@@ -18,6 +19,9 @@ from pathlib import Path
 HBM_BYTES_PER_S = 4.8e12
 # bytes per weight of the types the cases use (ggml block size / block bytes)
 BYTES_PER_WEIGHT = {"q4_0": 18 / 32, "q4_K": 144 / 256, "q5_K": 176 / 256, "q6_K": 210 / 256, "q8_0": 34 / 32}
+# the modes in the order the table shows them; a row's ratio column is legacy / default
+MODES = ("legacy", "nosmall", "default", "tiles", "wide")
+RATIOS = "x = legacy / default, s = nosmall / default"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 CASE = re.compile(r"^\s+(MUL_MAT\w*)\((.*)\):\s*(.*)$")
 PERF = re.compile(r"(\d+) runs -\s+([\d.]+) us/run")
@@ -92,36 +96,75 @@ def cell(v: float | None, fmt: str = "8.1f") -> str:
     return format(v, fmt) if isinstance(v, (int, float)) else f"{'-':>8s}"
 
 
+def present(rows: list[dict], suffix: str) -> list[str]:
+    """The modes some row has a value for, in MODES order."""
+    return [m for m in MODES if any(r.get(f"{m}{suffix}") is not None for r in rows)]
+
+
+def ratio(old: object, new: object) -> str:
+    ok = isinstance(old, (int, float)) and isinstance(new, (int, float)) and new
+    return f"{old / new:5.2f}" if ok else f"{'':5s}"
+
+
 def print_table(result: dict) -> None:
     """The short table printed last on the device: checks, per-op times, pass times."""
     print(f"\n== checks against the CPU (test-backend-ops), build {result['build_s']:.0f} s")
     for name, c in result["checks"].items():
         failed = f"  FAILED: {c['failed_cases'][:5]}" if c["failed"] else ""
         print(f"{name:22s} {c['cases'] - c['failed']}/{c['cases']} ok{failed}")
-    print("\n== ops, us per run (floor: weights read once at 4.8 TB/s); x = legacy / default")
-    print(f"{'case':44s} {'floor':>8s} {'legacy':>8s} {'default':>8s} {'wide':>8s} {'x':>5s}")
-    for r in result["ops"]:
-        dflt = r.get("default_us")
-        x = f"{r['legacy_us'] / dflt:5.2f}" if dflt else f"{'-':>5s}"
-        times = " ".join(cell(v) for v in (r["floor_us"], r["legacy_us"], dflt, r.get("wide_us")))
-        print(f"{r['short']:44s} {times} {x}")
+    ops = result["ops"]
+    modes = present(ops, "_us")
+    print(f"\n== ops, us per run (floor: weights read once at 4.8 TB/s); {RATIOS}")
+    print(f"{'case':44s} {'floor':>8s} " + " ".join(f"{m:>8s}" for m in modes) + f" {'x':>5s} {'s':>5s}")
+    for r in ops:
+        times = " ".join(cell(v) for v in (r["floor_us"], *(r.get(f"{m}_us") for m in modes)))
+        d = r.get("default_us")
+        print(f"{r['short']:44s} {times} {ratio(r.get('legacy_us'), d)} {ratio(r.get('nosmall_us'), d)}")
     passes = result["passes"]
     if not passes:
         return
-    modes = ("legacy", "default")
-    print("\n== engine passes (timing.py, ms, median)")
-    print(f"{'pass':26s} {'legacy':>8s} {'default':>8s} {'x':>5s}")
-    by = [passes.get(m, {}).get("preview_ms_by_coreset") or {} for m in modes]
+    modes = [m for m in MODES if m in passes]
+    print(f"\n== engine passes (timing.py, ms, median of a mode's runs); {RATIOS}")
+    print(f"{'pass':26s} " + " ".join(f"{m:>8s}" for m in modes) + f" {'x':>5s} {'s':>5s}")
+    by = {m: passes[m].get("preview_ms_by_coreset") or {} for m in modes}
     keys = (*PASS_KEYS, "pp512_ms", *(f"{k}_chunk8" for k in PASS_KEYS[3:]))
-    rows = [(k, [passes.get(m, {}).get(k) for m in modes]) for k in keys]
-    rows += [(f"preview coreset {n}", [b.get(n) for b in by]) for n in by[0]]
-    for name, (old, new) in rows:
-        x = (
-            f"{old / new:5.2f}"
-            if isinstance(old, (int, float)) and isinstance(new, (int, float)) and new
-            else ""
-        )
-        print(f"{name:26s} {cell(old, '8.3f')} {cell(new, '8.3f')} {x}")
+    rows = [(k, {m: passes[m].get(k) for m in modes}) for k in keys]
+    rows += [(f"preview coreset {n}", {m: by[m].get(n) for m in modes}) for n in by[modes[0]]]
+    for name, v in rows:
+        times = " ".join(cell(v[m], "8.3f") for m in modes)
+        x, small = ratio(v.get("legacy"), v.get("default")), ratio(v.get("nosmall"), v.get("default"))
+        print(f"{name:26s} {times} {x} {small}")
+
+
+def median(values: list) -> float | None:
+    nums = sorted(v for v in values if isinstance(v, (int, float)))
+    if not nums:
+        return None
+    mid = len(nums) // 2
+    return nums[mid] if len(nums) % 2 else (nums[mid - 1] + nums[mid]) / 2
+
+
+def pass_times(res: dict) -> dict:
+    """The pass keys of one timing.py result."""
+    out = {k: res.get(k) for k in PASS_KEYS}
+    out["pp512_ms"] = (res.get("pp_ms") or {}).get("512")
+    out["preview_ms_by_coreset"] = res.get("preview_ms_by_coreset") or {}
+    # the routed experts in chunks of 8 rows (patch 0008: the matrix-vector expert kernels)
+    chunk8 = (res.get("by_moe_chunk") or {}).get("8") or {}
+    for k in ("commit_ms_per_block", "preview_ms", "preview_coreset_ms", "fused_pass_ms"):
+        out[f"{k}_chunk8"] = chunk8.get(k)
+    return out
+
+
+def mode_passes(runs: list[dict]) -> dict:
+    """One mode's runs (passes-MODE.json, passes-MODE-2.json, ...) as the median of each key."""
+    keys = [k for k in runs[0] if k != "preview_ms_by_coreset"]
+    out: dict = {k: median([r.get(k) for r in runs]) for k in keys}
+    sizes = runs[0]["preview_ms_by_coreset"]
+    by = [r["preview_ms_by_coreset"] for r in runs]
+    out["preview_ms_by_coreset"] = {n: median([b.get(n) for b in by]) for n in sizes}
+    out["runs"] = len(runs)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,34 +176,30 @@ def main(argv: list[str] | None = None) -> int:
     d = args.out_dir
 
     checks = {}
-    for name in ("eval-default", "eval-wide", "eval-upstream-mmid"):
+    for name in ("eval-default", "eval-tiles", "eval-wide", "eval-upstream-mmid"):
         cases = read_log(d / f"tbo-{name}.log")
         if cases:
             failed = [c for c, r in cases.items() if not r["ok"]]
             checks[name] = {"cases": len(cases), "failed": len(failed), "failed_cases": failed[:50]}
 
-    perf = {mode: read_log(d / f"tbo-perf-{mode}.log") for mode in ("legacy", "default", "wide")}
+    perf = {mode: read_log(d / f"tbo-perf-{mode}.log") for mode in MODES}
+    names = list(dict.fromkeys(n for mode in MODES for n in perf[mode]))
     rows = []
-    for name, r in perf["legacy"].items():
+    for name in names:
+        r = next(perf[m][name] for m in MODES if name in perf[m])
         floor = byte_floor_us(r["op"], r["vars"])
-        row = {"case": name, "short": short(r["op"], r["vars"]), "floor_us": floor, "legacy_us": r["us"]}
-        for mode in ("default", "wide"):
+        row = {"case": name, "short": short(r["op"], r["vars"]), "floor_us": floor}
+        for mode in MODES:
             if name in perf[mode]:
                 row[f"{mode}_us"] = perf[mode][name]["us"]
         rows.append(row)
 
     passes = {}
-    for mode in ("legacy", "default"):
-        f = d / f"passes-{mode}.json"
-        if f.is_file():
-            res = json.loads(f.read_text())
-            passes[mode] = {k: res.get(k) for k in PASS_KEYS}
-            passes[mode]["pp512_ms"] = (res.get("pp_ms") or {}).get("512")
-            passes[mode]["preview_ms_by_coreset"] = res.get("preview_ms_by_coreset")
-            # the routed experts in chunks of 8 rows (patch 0008: the matrix-vector expert kernels)
-            chunk8 = (res.get("by_moe_chunk") or {}).get("8") or {}
-            for k in ("commit_ms_per_block", "preview_ms", "preview_coreset_ms", "fused_pass_ms"):
-                passes[mode][f"{k}_chunk8"] = chunk8.get(k)
+    for mode in MODES:
+        files = [d / f"passes-{mode}.json", *sorted(d.glob(f"passes-{mode}-*.json"))]
+        runs = [pass_times(json.loads(f.read_text())) for f in files if f.is_file()]
+        if runs:
+            passes[mode] = mode_passes(runs)
 
     notes = d / "notes.jsonl"
     result = {

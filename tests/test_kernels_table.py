@@ -1,0 +1,55 @@
+"""bench/device/kernels_table.py: the device's kernel logs read back into per-mode rows."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("kernels_table", ROOT / "bench/device/kernels_table.py")
+kernels_table = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(kernels_table)
+
+DENSE = "MUL_MAT_SMALL(type_a=q6_K,type_b=f32,m=8192,n=32,k=2048,bs=[1,1],nr=[1,1],per=[0,1,2,3],k_v=0,o=1)"
+
+
+def perf_log(us: float) -> str:
+    # test-backend-ops perf's line, with the colour codes it prints on a terminal
+    return f"  {DENSE}: \x1b[1;32m  4000 runs -   {us:.2f} us/run -  20480 kB/run\x1b[0m\n"
+
+
+def passes(preview: float, coreset8: float) -> str:
+    res = {"preview_ms": preview, "pp_ms": {"512": 20.0}, "preview_ms_by_coreset": {"8": coreset8}}
+    return json.dumps(res)
+
+
+def test_modes_and_repeated_passes(tmp_path: Path, capsys) -> None:
+    (tmp_path / "tbo-perf-nosmall.log").write_text(perf_log(30.0))
+    (tmp_path / "tbo-perf-default.log").write_text(perf_log(20.0))
+    wider = DENSE.replace("n=32", "n=33")
+    (tmp_path / "tbo-eval-default.log").write_text(f"  {DENSE}: OK\n  {wider}: FAIL\n")
+    (tmp_path / "passes-nosmall.json").write_text(passes(5.0, 4.0))
+    (tmp_path / "passes-nosmall-2.json").write_text(passes(7.0, 6.0))
+    (tmp_path / "passes-default.json").write_text(passes(4.0, 3.0))
+    out = tmp_path / "kernels.json"
+    assert kernels_table.main([str(tmp_path), "--out", str(out)]) == 0
+
+    res = json.loads(out.read_text())
+    (row,) = res["ops"]
+    assert (row["nosmall_us"], row["default_us"]) == (30.0, 20.0)
+    assert "legacy_us" not in row
+    # Q6_K 8192 x 2048 read once at 4.8 TB/s
+    assert abs(row["floor_us"] - 8192 * 2048 * 210 / 256 / 4.8e12 * 1e6) < 1e-6
+    assert res["checks"]["eval-default"] == {"cases": 2, "failed": 1, "failed_cases": [wider]}
+    # a mode run twice is the median (here the mean) of its runs, key by key
+    assert res["passes"]["nosmall"]["preview_ms"] == 6.0
+    assert res["passes"]["nosmall"]["preview_ms_by_coreset"] == {"8": 5.0}
+    assert res["passes"]["nosmall"]["runs"] == 2
+    assert res["passes"]["default"]["pp512_ms"] == 20.0
+
+    table = capsys.readouterr().out
+    assert "nosmall  default" in table
+    # s = nosmall / default: 30 / 20 per op, 6 / 4 per preview
+    assert " 1.50" in table.split("== engine passes")[0]
+    assert "preview_ms" in table and " 1.50" in table.split("== engine passes")[1]

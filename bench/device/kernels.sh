@@ -9,8 +9,10 @@
 #
 # Before/after: one build; each mode is a measurement switch read once per process: legacy
 # (GGML_CUDA_CLOVER_LEGACY=1) puts the kernels back on their upstream paths, nosmall
-# (GGML_CUDA_MMQ_SMALL_BLOCKS=0) only MMQ's 8-32 column configs (patch 0103), default is the series,
-# tiles the series with MMQ's stream-k run one block per tile, no fix-up (patch 0104's switch at 0). "wide" also lets the new paths take larger batches than their defaults
+# (GGML_CUDA_MMQ_SMALL_BLOCKS=0) only MMQ's 8-32 column configs (patch 0103), default is the series
+# (0103's small blocks for routed experts), smalldense the series with the small blocks for dense
+# matmuls too (=2), tiles the series with MMQ's stream-k run one block per tile, no fix-up (patch
+# 0104's switch at 0). "wide" also lets the new paths take larger batches than their defaults
 # (GGML_CUDA_MMVQ_MAX_COLS=64, GGML_CUDA_MMQ_TILE_PER_EXPERT_MAX_BATCH=512), to find the crossovers.
 #
 # Environment (all optional):
@@ -30,6 +32,7 @@
 #   MODES     the perf stage's modes, in order (default "legacy nosmall default")
 #   PASS_MODES  the passes stage's (default "legacy nosmall default nosmall default")
 #   BUDGET_S  seconds after which the remaining stages are skipped        (default 550)
+#   PERF_S    seconds a perf mode may run (default 150: all cases took more than 110 s on the H200)
 #   JOBS      build jobs (default: all cores);  WORK  scratch (default /tmp/clover-kernels)
 #   LAYERS    layers of the timed file (default 4);  REPS  timing.py repetitions (default 20)
 #   GGML_CUDA, BACKEND  ON, CUDA0 (OFF, CPU: a dry run of the script on a machine without a GPU)
@@ -50,6 +53,7 @@ PASS_MODES=${PASS_MODES:-legacy nosmall default nosmall default}
 JOBS=${JOBS:-$(nproc)}
 LAYERS=${LAYERS:-4}
 REPS=${REPS:-20}
+PERF_S=${PERF_S:-150}
 PY=${PY:-python3}
 GGML_CUDA=${GGML_CUDA:-ON}
 BACKEND=${BACKEND:-CUDA0}
@@ -64,6 +68,7 @@ mode_env() {  # the switches of a mode (see the header)
     legacy) echo GGML_CUDA_CLOVER_LEGACY=1 ;;
     nosmall) echo GGML_CUDA_CLOVER_LEGACY=0 GGML_CUDA_MMQ_SMALL_BLOCKS=0 ;;
     default) echo GGML_CUDA_CLOVER_LEGACY=0 ;;
+    smalldense) echo GGML_CUDA_CLOVER_LEGACY=0 GGML_CUDA_MMQ_SMALL_BLOCKS=2 ;;
     tiles) echo GGML_CUDA_CLOVER_LEGACY=0 GGML_CUDA_MMQ_TILES_MIN_EFFICIENCY=0 ;;
     *) echo "unknown mode $1" >&2; exit 2 ;;
   esac
@@ -163,15 +168,15 @@ tbo() {  # $1 log name, $2 seconds allowed, then env assignments and test-backen
 }
 if [ -x "$TBO" ]; then
   if want eval; then
-    tbo eval-default 200 GGML_CUDA_CLOVER_LEGACY=0 "$TBO" test -b $BACKEND -o "$OPS,MUL_MAT_ID_SMALL_GLU"
-    [[ " $MODES $PASS_MODES " == *" tiles "* ]] && tbo eval-tiles 100 $(mode_env tiles) "$TBO" test -b $BACKEND -o "$OPS"
+    tbo eval-default 240 GGML_CUDA_CLOVER_LEGACY=0 "$TBO" test -b $BACKEND -o "$OPS,MUL_MAT_ID_SMALL_GLU"
+    [[ " $MODES $PASS_MODES " == *" tiles "* ]] && tbo eval-tiles 120 $(mode_env tiles) "$TBO" test -b $BACKEND -o "$OPS"
     # wide moves only MUL_MAT_SMALL's paths (the MUL_MAT_ID_SMALL cases stay within 64 rows)
     tbo eval-wide 60 "${WIDE[@]}" "$TBO" test -b $BACKEND -o MUL_MAT_SMALL
   fi
   if want perf; then
     for mode in $MODES; do
-      if (( $(left) < 120 )); then skip "perf-$mode" "too little time left ($(left) s)"; continue; fi
-      tbo perf-$mode 110 $(mode_env $mode) "$TBO" perf -b $BACKEND -o "$OPS"
+      if (( $(left) < PERF_S + 10 )); then skip "perf-$mode" "too little time left ($(left) s)"; continue; fi
+      tbo perf-$mode "$PERF_S" $(mode_env $mode) "$TBO" perf -b $BACKEND -o "$OPS"
     done
   fi
 else

@@ -1,5 +1,5 @@
 """Summary of a `bench/device/kernels.sh` run: the op checks against the CPU, the per-op timings and
-the engine's passes in each mode (legacy, nosmall, default, tiles, wide: kernels.sh's header says
+the engine's passes in each mode (legacy, nosmall, default, smalldense, tiles, wide: kernels.sh's header says
 what each switches), as one JSON and a short table.
 
     python bench/device/kernels_table.py OUT_DIR --out OUT_DIR/kernels.json [--build-s S]
@@ -20,7 +20,7 @@ HBM_BYTES_PER_S = 4.8e12
 # bytes per weight of the types the cases use (ggml block size / block bytes)
 BYTES_PER_WEIGHT = {"q4_0": 18 / 32, "q4_K": 144 / 256, "q5_K": 176 / 256, "q6_K": 210 / 256, "q8_0": 34 / 32}
 # the modes in the order the table shows them; a row's ratio column is legacy / default
-MODES = ("legacy", "nosmall", "default", "tiles", "wide")
+MODES = ("legacy", "nosmall", "default", "smalldense", "tiles", "wide")
 RATIOS = "x = legacy / default, s = nosmall / default"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 CASE = re.compile(r"^\s+(MUL_MAT\w*)\((.*)\):\s*(.*)$")

@@ -53,3 +53,32 @@ def test_modes_and_repeated_passes(tmp_path: Path, capsys) -> None:
     # s = nosmall / default: 30 / 20 per op, 6 / 4 per preview
     assert " 1.50" in table.split("== engine passes")[0]
     assert "preview_ms" in table and " 1.50" in table.split("== engine passes")[1]
+
+
+def test_nonarrow_is_a_mode_with_its_ratio(tmp_path: Path, capsys) -> None:
+    (tmp_path / "tbo-perf-nonarrow.log").write_text(perf_log(50.0))
+    (tmp_path / "tbo-perf-default.log").write_text(perf_log(20.0))
+    (tmp_path / "passes-nonarrow.json").write_text(passes(9.0, 3.0))
+    (tmp_path / "passes-default.json").write_text(passes(4.0, 3.0))
+    assert kernels_table.main([str(tmp_path), "--out", str(tmp_path / "kernels.json")]) == 0
+
+    (row,) = json.loads((tmp_path / "kernels.json").read_text())["ops"]
+    assert (row["nonarrow_us"], row["default_us"]) == (50.0, 20.0)
+    ops, passes_table = capsys.readouterr().out.split("== engine passes")
+    # n = nonarrow / default: 50 / 20 per op, 9 / 4 per preview
+    assert "nonarrow  default" in ops and ops.rstrip().endswith("2.50")
+    (preview,) = [line for line in passes_table.splitlines() if line.startswith("preview_ms ")]
+    assert preview.rstrip().endswith("2.25")
+
+
+def test_a_mode_of_its_own_follows_the_known_ones(tmp_path: Path, capsys) -> None:
+    # kernels.sh's MODE_<tag>: a tuning setting named by the caller
+    (tmp_path / "tbo-perf-default.log").write_text(perf_log(20.0))
+    (tmp_path / "tbo-perf-kw8.log").write_text(perf_log(10.0))
+    (tmp_path / "passes-kw8-2.json").write_text(passes(3.0, 2.0))
+    assert kernels_table.main([str(tmp_path), "--out", str(tmp_path / "kernels.json")]) == 0
+
+    res = json.loads((tmp_path / "kernels.json").read_text())
+    assert res["modes"][-1] == "kw8" and res["ops"][0]["kw8_us"] == 10.0
+    assert res["passes"]["kw8"]["preview_ms"] == 3.0
+    assert "default      kw8" in capsys.readouterr().out

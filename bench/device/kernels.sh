@@ -12,7 +12,9 @@
 # (GGML_CUDA_MMQ_SMALL_BLOCKS=0) only MMQ's 8-32 column configs (patch 0103), default is the series
 # (0103's small blocks for routed experts), smalldense the series with the small blocks for dense
 # matmuls too (=2), tiles the series with MMQ's stream-k run one block per tile, no fix-up (patch
-# 0104's switch at 0). "wide" also lets the new paths take larger batches than their defaults
+# 0104's switch at 0), nonarrow the series without patch 0105's narrow kernel (GGML_CUDA_MMQ_NARROW=0: the
+# 9-64 column matmuls back on MMQ / 0102's MMVQ chunks), narrowall the narrow kernel from 1 column on
+# (GGML_CUDA_MMQ_NARROW_MIN=1, instead of MMVQ at 1-8). "wide" also lets the new paths take larger batches than their defaults
 # (GGML_CUDA_MMVQ_MAX_COLS=64, GGML_CUDA_MMQ_TILE_PER_EXPERT_MAX_BATCH=512), to find the crossovers.
 #
 # Environment (all optional):
@@ -29,7 +31,10 @@
 #             PASS_MODES (a mode named twice runs twice: the table takes the median per pass);
 #             wide: the perf cases with the new paths beyond their default limits;
 #             upstream: upstream's own MUL_MAT_ID eval cases with the wide paths
-#   MODES     the perf stage's modes, in order (default "legacy nosmall default")
+#   MODES     the perf stage's modes, in order (default "legacy nosmall default"); with narrowall among
+#             MODES or PASS_MODES the eval stage also checks the narrow kernel at 1-8 columns
+#   EVAL_FILTER, PERF_FILTER  test-backend-ops -p regexes on the cases' parameters (default: all)
+#   MODE_<tag>  "VAR=V ..." : a mode of its own for MODES / PASS_MODES, e.g. MODE_kw8="GGML_CUDA_MMQ_NARROW_KW=8"
 #   PASS_MODES  the passes stage's (default "legacy nosmall default nosmall default")
 #   BUDGET_S  seconds after which the remaining stages are skipped        (default 550)
 #   PERF_S    seconds a perf mode may run (default 150: all cases took more than 110 s on the H200)
@@ -63,13 +68,17 @@ log() { echo "[$(date -u +%H:%M:%S) +$(( $(date +%s) - T0 ))s] $*" | tee -a "$OU
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 skip() { log "SKIP $1: $2"; echo "{\"stage\": \"$1\", \"skipped\": \"$2\"}" >> "$OUT/notes.jsonl"; }
-mode_env() {  # the switches of a mode (see the header)
+mode_env() {  # the switches of a mode (see the header; MODE_<tag>="VAR=V ..." defines a mode <tag>)
+  local custom="MODE_$1"
+  if [ -n "${!custom:-}" ]; then echo "GGML_CUDA_CLOVER_LEGACY=0 ${!custom}"; return; fi
   case $1 in
     legacy) echo GGML_CUDA_CLOVER_LEGACY=1 ;;
     nosmall) echo GGML_CUDA_CLOVER_LEGACY=0 GGML_CUDA_MMQ_SMALL_BLOCKS=0 ;;
     default) echo GGML_CUDA_CLOVER_LEGACY=0 ;;
     smalldense) echo GGML_CUDA_CLOVER_LEGACY=0 GGML_CUDA_MMQ_SMALL_BLOCKS=2 ;;
     tiles) echo GGML_CUDA_CLOVER_LEGACY=0 GGML_CUDA_MMQ_TILES_MIN_EFFICIENCY=0 ;;
+    nonarrow) echo GGML_CUDA_CLOVER_LEGACY=0 GGML_CUDA_MMQ_NARROW=0 ;;
+    narrowall) echo GGML_CUDA_CLOVER_LEGACY=0 GGML_CUDA_MMQ_NARROW_MIN=1 ;;
     *) echo "unknown mode $1" >&2; exit 2 ;;
   esac
 }
@@ -164,11 +173,24 @@ tbo() {  # $1 log name, $2 seconds allowed, then env assignments and test-backen
   local rc=$?
   tail -3 "$LOGS/tbo-$name.log" | tee -a "$OUT/kernels.log"
   [ $rc -eq 124 ] && skip "tbo-$name" "timed out after $limit s (partial log kept)"
+  # a crash (not a failed comparison, not the time limit): the case it died in once more under
+  # compute-sanitizer, whose report names the kernel and the bad access
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 1 ] && command -v compute-sanitizer > /dev/null; then
+    local last; last=$(grep -aoE '^  MUL_MAT\w*\(([^)]*)\)' "$LOGS/tbo-$name.log" | tail -1 | sed -E 's/^  (\w+)\((.*)\)$/\1 \2/')
+    if [ -n "$last" ]; then
+      log "tbo-$name crashed (rc $rc) in ${last%% *}(${last#* }): compute-sanitizer"
+      timeout 120 compute-sanitizer --print-limit 5 env "$@" -o "${last%% *}" -p "^$(printf '%s' "${last#* }" | sed 's/[][().*+?^$|\\]/\\&/g')\$" \
+          > "$LOGS/tbo-$name-sanitizer.log" 2>&1
+      grep -m12 -E "=========|Invalid|Address|at 0x" "$LOGS/tbo-$name-sanitizer.log" | tee -a "$OUT/kernels.log"
+    fi
+  fi
   return 0
 }
 if [ -x "$TBO" ]; then
   if want eval; then
-    tbo eval-default 240 GGML_CUDA_CLOVER_LEGACY=0 "$TBO" test -b $BACKEND -o "$OPS,MUL_MAT_ID_SMALL_GLU"
+    tbo eval-default 240 GGML_CUDA_CLOVER_LEGACY=0 "$TBO" test -b $BACKEND -o "$OPS,MUL_MAT_ID_SMALL_GLU" ${EVAL_FILTER:+-p "$EVAL_FILTER"}
+    [[ " $MODES $PASS_MODES " == *" narrowall "* ]] && tbo eval-narrowall 120 $(mode_env narrowall) "$TBO" test -b $BACKEND \
+        -o "$OPS" -p "${EVAL_FILTER:+$EVAL_FILTER.*}n=[1-8],"
     [[ " $MODES $PASS_MODES " == *" tiles "* ]] && tbo eval-tiles 120 $(mode_env tiles) "$TBO" test -b $BACKEND -o "$OPS"
     # wide moves only MUL_MAT_SMALL's paths (the MUL_MAT_ID_SMALL cases stay within 64 rows)
     tbo eval-wide 60 "${WIDE[@]}" "$TBO" test -b $BACKEND -o MUL_MAT_SMALL
@@ -176,7 +198,7 @@ if [ -x "$TBO" ]; then
   if want perf; then
     for mode in $MODES; do
       if (( $(left) < PERF_S + 10 )); then skip "perf-$mode" "too little time left ($(left) s)"; continue; fi
-      tbo perf-$mode "$PERF_S" $(mode_env $mode) "$TBO" perf -b $BACKEND -o "$OPS"
+      tbo perf-$mode "$PERF_S" $(mode_env $mode) "$TBO" perf -b $BACKEND -o "$OPS" ${PERF_FILTER:+-p "$PERF_FILTER"}
     done
   fi
 else

@@ -1,6 +1,6 @@
 """Summary of a `bench/device/kernels.sh` run: the op checks against the CPU, the per-op timings and
 the engine's passes in each mode (legacy, nosmall, default, smalldense, tiles, wide: kernels.sh's header says
-what each switches), as one JSON and a short table.
+what each switches; nonarrow and narrowall patch 0105's narrow kernel), as one JSON and a short table.
 
     python bench/device/kernels_table.py OUT_DIR --out OUT_DIR/kernels.json [--build-s S]
 
@@ -20,9 +20,11 @@ from pathlib import Path
 HBM_BYTES_PER_S = 4.8e12
 # bytes per weight of the types the cases use (ggml block size / block bytes)
 BYTES_PER_WEIGHT = {"q4_0": 18 / 32, "q4_K": 144 / 256, "q5_K": 176 / 256, "q6_K": 210 / 256, "q8_0": 34 / 32}
-# the modes in the order the table shows them; a row's ratio column is legacy / default
-MODES = ("legacy", "nosmall", "default", "smalldense", "tiles", "wide")
-RATIOS = "x = legacy / default, s = nosmall / default"
+# the modes in the order the table shows them (then any other mode kernels.sh ran, by name: MODE_<tag>);
+# a row's ratio columns are these modes against default
+MODES = ("legacy", "nosmall", "nonarrow", "default", "narrowall", "smalldense", "tiles", "wide")
+RATIOS = "x = legacy / default, s = nosmall / default, n = nonarrow / default"
+RATIO_MODES = ("legacy", "nosmall", "nonarrow")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 CASE = re.compile(r"^\s+(MUL_MAT\w*)\((.*)\):\s*(.*)$")
 PERF = re.compile(r"(\d+) runs -\s+([\d.]+) us/run")
@@ -97,9 +99,16 @@ def cell(v: float | None, fmt: str = "8.1f") -> str:
     return format(v, fmt) if isinstance(v, (int, float)) else f"{'-':>8s}"
 
 
-def present(rows: list[dict], suffix: str) -> list[str]:
-    """The modes some row has a value for, in MODES order."""
-    return [m for m in MODES if any(r.get(f"{m}{suffix}") is not None for r in rows)]
+def present(rows: list[dict], suffix: str, modes: tuple[str, ...]) -> list[str]:
+    """The modes some row has a value for, in the given order."""
+    return [m for m in modes if any(r.get(f"{m}{suffix}") is not None for r in rows)]
+
+
+def run_modes(d: Path) -> tuple[str, ...]:
+    """MODES, then the other modes of the logs in d (tbo-perf-MODE.log, passes-MODE[-N].json)."""
+    found = {p.name[len("tbo-perf-") : -len(".log")] for p in d.glob("tbo-perf-*.log")}
+    found |= {re.sub(r"-\d+$", "", p.name[len("passes-") : -len(".json")]) for p in d.glob("passes-*.json")}
+    return MODES + tuple(sorted(found - set(MODES)))
 
 
 def ratio(old: object, new: object) -> str:
@@ -114,27 +123,28 @@ def print_table(result: dict) -> None:
         failed = f"  FAILED: {c['failed_cases'][:5]}" if c["failed"] else ""
         print(f"{name:22s} {c['cases'] - c['failed']}/{c['cases']} ok{failed}")
     ops = result["ops"]
-    modes = present(ops, "_us")
+    modes = present(ops, "_us", tuple(result["modes"]))
     print(f"\n== ops, us per run (floor: weights read once at 4.8 TB/s); {RATIOS}")
-    print(f"{'case':44s} {'floor':>8s} " + " ".join(f"{m:>8s}" for m in modes) + f" {'x':>5s} {'s':>5s}")
+    heads = " ".join(f"{m:>8s}" for m in modes)
+    print(f"{'case':44s} {'floor':>8s} {heads} {'x':>5s} {'s':>5s} {'n':>5s}")
     for r in ops:
         times = " ".join(cell(v) for v in (r["floor_us"], *(r.get(f"{m}_us") for m in modes)))
-        d = r.get("default_us")
-        print(f"{r['short']:44s} {times} {ratio(r.get('legacy_us'), d)} {ratio(r.get('nosmall_us'), d)}")
+        ratios = " ".join(ratio(r.get(f"{m}_us"), r.get("default_us")) for m in RATIO_MODES)
+        print(f"{r['short']:44s} {times} {ratios}")
     passes = result["passes"]
     if not passes:
         return
-    modes = [m for m in MODES if m in passes]
+    modes = [m for m in result["modes"] if m in passes]
     print(f"\n== engine passes (timing.py, ms, median of a mode's runs); {RATIOS}")
-    print(f"{'pass':26s} " + " ".join(f"{m:>8s}" for m in modes) + f" {'x':>5s} {'s':>5s}")
+    print(f"{'pass':26s} " + " ".join(f"{m:>8s}" for m in modes) + f" {'x':>5s} {'s':>5s} {'n':>5s}")
     by = {m: passes[m].get("preview_ms_by_coreset") or {} for m in modes}
     keys = (*PASS_KEYS, "pp512_ms", *(f"{k}_chunk8" for k in PASS_KEYS[3:]))
     rows = [(k, {m: passes[m].get(k) for m in modes}) for k in keys]
     rows += [(f"preview coreset {n}", {m: by[m].get(n) for m in modes}) for n in by[modes[0]]]
     for name, v in rows:
         times = " ".join(cell(v[m], "8.3f") for m in modes)
-        x, small = ratio(v.get("legacy"), v.get("default")), ratio(v.get("nosmall"), v.get("default"))
-        print(f"{name:26s} {times} {x} {small}")
+        ratios = " ".join(ratio(v.get(m), v.get("default")) for m in RATIO_MODES)
+        print(f"{name:26s} {times} {ratios}")
 
 
 def median(values: list) -> float | None:
@@ -175,26 +185,27 @@ def main(argv: list[str] | None = None) -> int:
     d = args.out_dir
 
     checks = {}
-    for name in ("eval-default", "eval-tiles", "eval-wide", "eval-upstream-mmid"):
+    for name in ("eval-default", "eval-narrowall", "eval-tiles", "eval-wide", "eval-upstream-mmid"):
         cases = read_log(d / f"tbo-{name}.log")
         if cases:
             failed = [c for c, r in cases.items() if not r["ok"]]
             checks[name] = {"cases": len(cases), "failed": len(failed), "failed_cases": failed[:50]}
 
-    perf = {mode: read_log(d / f"tbo-perf-{mode}.log") for mode in MODES}
-    names = list(dict.fromkeys(n for mode in MODES for n in perf[mode]))
+    modes = run_modes(d)
+    perf = {mode: read_log(d / f"tbo-perf-{mode}.log") for mode in modes}
+    names = list(dict.fromkeys(n for mode in modes for n in perf[mode]))
     rows = []
     for name in names:
-        r = next(perf[m][name] for m in MODES if name in perf[m])
+        r = next(perf[m][name] for m in modes if name in perf[m])
         floor = byte_floor_us(r["op"], r["vars"])
         row = {"case": name, "short": short(r["op"], r["vars"]), "floor_us": floor}
-        for mode in MODES:
+        for mode in modes:
             if name in perf[mode]:
                 row[f"{mode}_us"] = perf[mode][name]["us"]
         rows.append(row)
 
     passes = {}
-    for mode in MODES:
+    for mode in modes:
         files = [d / f"passes-{mode}.json", *sorted(d.glob(f"passes-{mode}-*.json"))]
         runs = [pass_times(json.loads(f.read_text())) for f in files if f.is_file()]
         if runs:
@@ -205,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         "build_s": float(args.build_s or 0),
         "machine": (d / "machine.txt").read_text().strip() if (d / "machine.txt").is_file() else "",
         "checks": checks,
+        "modes": list(modes),
         "ops": rows,
         "passes": passes,
         "notes": [json.loads(x) for x in notes.read_text().splitlines()] if notes.is_file() else [],

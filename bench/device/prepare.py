@@ -226,8 +226,10 @@ def carry_ggml_base(dest: Path) -> None:
     shutil.copy2(lib.resolve(), pkg / "lib" / "libggml-base.so")
 
 
-def carry_prebuilt(build_dir: Path, dest: Path) -> None:
-    """The installed `llama_cpp` package (same patched source) with the CUDA build's libraries."""
+def carry_prebuilt(build_dir: Path, dest: Path, label: str) -> None:
+    """The installed `llama_cpp` package (same patched source) with the CUDA build's libraries; its
+    version says `label`, the series the libraries were built from (the Python files are the sdist's
+    whatever the series, so a venv installed before the last patch was added still serves)."""
     import importlib.util as iu
 
     spec = iu.find_spec("llama_cpp")
@@ -237,10 +239,14 @@ def carry_prebuilt(build_dir: Path, dest: Path) -> None:
     libs = sorted((build_dir / "bin").glob("lib*.so*"))
     if not any(p.name.startswith("libggml-cuda.so") for p in libs):
         raise SystemExit(f"error: no libggml-cuda.so in {build_dir / 'bin'}: build it first")
-    with tarfile.open(dest, "w:gz", compresslevel=9) as tar:
+    with tarfile.open(dest, "w:gz", compresslevel=9) as tar, tempfile.TemporaryDirectory() as tmp:
+        init = Path(tmp) / "llama_cpp" / "__init__.py"
+        init.parent.mkdir()
+        shutil.copy2(pkg / "__init__.py", init)
+        _build_module().set_version(Path(tmp), label)
         for f in sorted(pkg.iterdir()):
             if f.name not in ("lib", "__pycache__", "server"):
-                tar.add(f, arcname=f"llama_cpp/{f.name}")
+                tar.add(init if f.name == "__init__.py" else f, arcname=f"llama_cpp/{f.name}")
         for f in libs:  # symbolic links stay links inside the archive
             tar.add(f, arcname=f"llama_cpp/lib/{f.name}")
     cache = (build_dir / "CMakeCache.txt").read_text()
@@ -317,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     carry_ggml_base(out / "ggml-base")
     (out / "site.tar.gz").unlink(missing_ok=True)
     if args.prebuilt:
-        carry_prebuilt(args.prebuilt, out / "site.tar.gz")
+        carry_prebuilt(args.prebuilt, out / "site.tar.gz", _build_module().version(patches))
     meta = {
         "llama_cpp_python": source.LLAMA_CPP_PYTHON_VERSION,
         "sdist_sha256": source.SDIST_SHA256,

@@ -15,7 +15,7 @@ set -u
 call=${1:?which call: 1 or 2}
 export QUANTS=q4_k_m SWEEP="nonarrow:GGML_CUDA_MMQ_NARROW=0"
 case $call in
-  1) STAGES=build,gen,convert,ops,clover,sweep,profile LAYERS=4 OPS_STAGES=eval,perf MODES="nonarrow default" \
+  1) STAGES=build,gen,convert,ops,clover,sweep,profile LAYERS=4 OPS_STAGES=eval,perf MODES="${MODES:-nonarrow default}" \
      EVAL_FILTER="type_a=(q4_K|q5_K|q6_K|q8_0)" PERF_FILTER="type_a=q6_K|n_mats" PERF_S=90 \
      PROFILE_PASSES="preview fused" BUDGET_S=540 bash bench/device/run.sh ;;
   2) STAGES=build,gen,convert,baseline,clover,loops,sweep LAYERS="8 40" GEN_LAYERS=8 SWEEP_LAYERS=40 \

@@ -12,9 +12,10 @@
 # (GGML_CUDA_MMQ_SMALL_BLOCKS=0) only MMQ's 8-32 column configs (patch 0103), default is the series
 # (0103's small blocks for routed experts), smalldense the series with the small blocks for dense
 # matmuls too (=2), tiles the series with MMQ's stream-k run one block per tile, no fix-up (patch
-# 0104's switch at 0), nonarrow the series without patch 0105's narrow kernel (GGML_CUDA_MMQ_NARROW=0: the
-# 9-64 column matmuls back on MMQ / 0102's MMVQ chunks), narrowall the narrow kernel from 1 column on
-# (GGML_CUDA_MMQ_NARROW_MIN=1, instead of MMVQ at 1-8). "wide" also lets the new paths take larger batches than their defaults
+# 0104's switch at 0), nonarrow the series without patch 0105's narrow kernel (GGML_CUDA_MMQ_NARROW=0:
+# dense 9-16 columns back on 0102's MMVQ chunks, experts of 9-32 tokens on MMQ), narrowall the narrow
+# kernel from 1 column on (GGML_CUDA_MMQ_NARROW_MIN=1, instead of MMVQ at 1-8). "wide" also lets the
+# new paths take larger batches than their defaults
 # (GGML_CUDA_MMVQ_MAX_COLS=64, GGML_CUDA_MMQ_TILE_PER_EXPERT_MAX_BATCH=512), to find the crossovers.
 #
 # Environment (all optional):

@@ -29,6 +29,9 @@ def test_modes_and_repeated_passes(tmp_path: Path, capsys) -> None:
     (tmp_path / "tbo-perf-default.log").write_text(perf_log(20.0))
     wider = DENSE.replace("n=32", "n=33")
     (tmp_path / "tbo-eval-default.log").write_text(f"  {DENSE}: OK\n  {wider}: FAIL\n")
+    # a mode's own eval (EVAL_MODES) is a check of its own; a sanitizer rerun is not
+    (tmp_path / "tbo-eval-h16all.log").write_text(f"  {DENSE}: OK\n")
+    (tmp_path / "tbo-eval-h16all-sanitizer.log").write_text(f"  {DENSE}: FAIL\n")
     (tmp_path / "passes-nosmall.json").write_text(passes(5.0, 4.0))
     (tmp_path / "passes-nosmall-2.json").write_text(passes(7.0, 6.0))
     (tmp_path / "passes-default.json").write_text(passes(4.0, 3.0))
@@ -42,6 +45,8 @@ def test_modes_and_repeated_passes(tmp_path: Path, capsys) -> None:
     # Q6_K 8192 x 2048 read once at 4.8 TB/s
     assert abs(row["floor_us"] - 8192 * 2048 * 210 / 256 / 4.8e12 * 1e6) < 1e-6
     assert res["checks"]["eval-default"] == {"cases": 2, "failed": 1, "failed_cases": [wider]}
+    assert res["checks"]["eval-h16all"] == {"cases": 1, "failed": 0, "failed_cases": []}
+    assert sorted(res["checks"]) == ["eval-default", "eval-h16all"]
     # a mode run twice is the median (here the mean) of its runs, key by key
     assert res["passes"]["nosmall"]["preview_ms"] == 6.0
     assert res["passes"]["nosmall"]["preview_ms_by_coreset"] == {"8": 5.0}

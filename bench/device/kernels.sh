@@ -34,6 +34,8 @@
 #             upstream: upstream's own MUL_MAT_ID eval cases with the wide paths
 #   MODES     the perf stage's modes, in order (default "legacy nosmall default"); with narrowall among
 #             MODES or PASS_MODES the eval stage also checks the narrow kernel at 1-8 columns
+#   EVAL_MODES  the modes whose paths the eval stage checks (default "default"; e.g. a MODE_<tag>)
+#   EVAL_WIDE  0: no eval of the wide paths (default 1)
 #   EVAL_FILTER, PERF_FILTER  test-backend-ops -p regexes on the cases' parameters (default: all)
 #   MODE_<tag>  "VAR=V ..." : a mode of its own for MODES / PASS_MODES, e.g. MODE_kw8="GGML_CUDA_MMQ_NARROW_KW=8"
 #   PASS_MODES  the passes stage's (default "legacy nosmall default nosmall default")
@@ -56,6 +58,8 @@ STAGES=${STAGES:-build,gen,eval,perf,passes}
 BUDGET_S=${BUDGET_S:-550}
 MODES=${MODES:-legacy nosmall default}
 PASS_MODES=${PASS_MODES:-legacy nosmall default nosmall default}
+EVAL_MODES=${EVAL_MODES:-default}
+EVAL_WIDE=${EVAL_WIDE:-1}
 JOBS=${JOBS:-$(nproc)}
 LAYERS=${LAYERS:-4}
 REPS=${REPS:-20}
@@ -189,12 +193,14 @@ tbo() {  # $1 log name, $2 seconds allowed, then env assignments and test-backen
 }
 if [ -x "$TBO" ]; then
   if want eval; then
-    tbo eval-default 240 GGML_CUDA_CLOVER_LEGACY=0 "$TBO" test -b $BACKEND -o "$OPS,MUL_MAT_ID_SMALL_GLU" ${EVAL_FILTER:+-p "$EVAL_FILTER"}
+    for mode in $EVAL_MODES; do
+      tbo eval-$mode 240 $(mode_env $mode) "$TBO" test -b $BACKEND -o "$OPS,MUL_MAT_ID_SMALL_GLU" ${EVAL_FILTER:+-p "$EVAL_FILTER"}
+    done
     [[ " $MODES $PASS_MODES " == *" narrowall "* ]] && tbo eval-narrowall 120 $(mode_env narrowall) "$TBO" test -b $BACKEND \
         -o "$OPS" -p "${EVAL_FILTER:+$EVAL_FILTER.*}n=[1-8],"
     [[ " $MODES $PASS_MODES " == *" tiles "* ]] && tbo eval-tiles 120 $(mode_env tiles) "$TBO" test -b $BACKEND -o "$OPS"
     # wide moves only MUL_MAT_SMALL's paths (the MUL_MAT_ID_SMALL cases stay within 64 rows)
-    tbo eval-wide 60 "${WIDE[@]}" "$TBO" test -b $BACKEND -o MUL_MAT_SMALL
+    [ "$EVAL_WIDE" = 1 ] && tbo eval-wide 60 "${WIDE[@]}" "$TBO" test -b $BACKEND -o MUL_MAT_SMALL
   fi
   if want perf; then
     for mode in $MODES; do

@@ -185,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     d = args.out_dir
 
     checks = {}
-    for name in ("eval-default", "eval-narrowall", "eval-tiles", "eval-wide", "eval-upstream-mmid"):
-        cases = read_log(d / f"tbo-{name}.log")
+    for log in sorted(d.glob("tbo-eval-*.log")):
+        name = log.stem.removeprefix("tbo-")
+        cases = read_log(log) if not name.endswith("-sanitizer") else None
         if cases:
             failed = [c for c, r in cases.items() if not r["ok"]]
             checks[name] = {"cases": len(cases), "failed": len(failed), "failed_cases": failed[:50]}

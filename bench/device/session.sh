@@ -3,7 +3,8 @@
 # each under the device tool's 10 minutes, with the CUDA libraries built here (prepare.py --prebuilt):
 # a cold machine needs no build. Everything lands in $WORK (/tmp/clover-dev) and a later call on the
 # still-warm machine reuses it (what a call finds done it keeps); what comes back is $OUT/result.json,
-# $OUT/run.log, $OUT/kernels.json and $OUT/all.tgz (the rest: op logs, stderr, ncu CSVs, notes),
+# $OUT/run.log, $OUT/kernels.json and $OUT/all.tgz (the rest: op logs, stderr, notes; the Nsight
+# summary is in result.json, the ncu CSVs stay in $WORK),
 # since the tool returns at most 8 files.
 #
 #   bash bench/device/session.sh 1   # test-backend-ops against the CPU of the paths as they run by
@@ -25,7 +26,8 @@ case $call in
      EVAL_FILTER="type_a=(q4_K|q5_K|q6_K|q8_0)" MODES="nonarrow default" PERF_FILTER="n_mats" PERF_S=40 \
      BUDGET_S=550 bash bench/device/run.sh ;;
   2) STAGES=build,baseline,clover,profile PROFILE_PASSES="raw-ar preview commit fused" BUDGET_S=540 bash bench/device/run.sh ;;
-  3) STAGES=build,gen,convert,sweep SWEEP_LAYERS="8 40" \
+  3) # "same" sets a variable nothing reads: the landed defaults, timed in this call beside the others
+     STAGES=build,gen,convert,sweep SWEEP_LAYERS="8 40" \
      SWEEP="same:CLOVER_SWEEP_SAME=1 nonarrow:GGML_CUDA_MMQ_NARROW=0 tiles:GGML_CUDA_MMQ_TILES_MIN_EFFICIENCY=0" \
      BUDGET_S=540 bash bench/device/run.sh ;;
   *) echo "call 1, 2 or 3" >&2; exit 2 ;;

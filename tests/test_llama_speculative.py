@@ -272,6 +272,29 @@ def test_a_final_commit_writes_no_rollback_snapshot(spec_engine):
     assert rolled_back == [True, False]
 
 
+@pytest.mark.parametrize("back", [1, 2, "all"])
+def test_a_ubatch_longer_than_its_snapshots_rolls_back_as_a_commit(gguf, ar_engine, back):
+    """Patch 0012's other path: a plain `llama_decode` (llama.cpp's own API; the engine's
+    verifications never are this long) of more tokens than `n_rs_seq` + 1 writes the conv windows
+    of only its last `n_rs_seq` + 1 steps, from a copy of those steps; a rollback into them leaves
+    the state of decoding only the kept tokens."""
+    import llama_cpp as ll
+
+    from clover_local.llama.engine import SEQ
+
+    ident = LogitAdjustment.identity(ar_engine.vocab_size)
+    with engine(gguf[0], speculative=True) as eng:
+        tokens = (PROMPTS["long"] * 8)[: eng.n_rs_seq + 6]
+        n_keep = len(tokens) - (eng.n_rs_seq if back == "all" else back)
+        ids = (ll.llama_token * len(tokens))(*tokens)  # the batch points into it
+        assert ll.llama_decode(eng.ctx, ll.llama_batch_get_one(ids, len(tokens))) == 0
+        assert ll.llama_memory_seq_rm(ll.llama_get_memory(eng.ctx), SEQ, n_keep, -1)
+        ar_engine.reset()
+        ar_engine.prefill(tokens[:n_keep], ident)
+        assert eng.n_past == ar_engine.n_past == n_keep
+        assert_same_state(eng.state_bytes(), ar_engine.state_bytes(), atol=0)
+
+
 def test_out_of_range_rollbacks_and_verifications_are_refused(ar_engine, spec_engine):
     from clover_local.llama.engine import EngineError
 

@@ -274,10 +274,9 @@ def test_a_final_commit_writes_no_rollback_snapshot(spec_engine):
 
 @pytest.mark.parametrize("back", [1, 2, "all"])
 def test_a_ubatch_longer_than_its_snapshots_rolls_back_as_a_commit(gguf, ar_engine, back):
-    """Patch 0012's other path: a plain `llama_decode` (llama.cpp's own API; the engine's
-    verifications never are this long) of more tokens than `n_rs_seq` + 1 writes the conv windows
-    of only its last `n_rs_seq` + 1 steps, from a copy of those steps; a rollback into them leaves
-    the state of decoding only the kept tokens."""
+    """A plain `llama_decode` (llama.cpp's own API; the engine's verifications never are this
+    long) of more tokens than `n_rs_seq` + 1 keeps the snapshots of only its last `n_rs_seq` + 1
+    steps (patch 0008); a rollback into them leaves the state of decoding only the kept tokens."""
     import llama_cpp as ll
 
     from clover_local.llama.engine import SEQ

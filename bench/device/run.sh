@@ -19,7 +19,9 @@
 #             nographs: its engine passes again with GGML_CUDA_DISABLE_GRAPHS=1 (what CUDA graphs buy)
 #             sweep: every clover file of the first quant again under each of $SWEEP's settings,
 #             "tag:VAR=V[,VAR=V...] ..." (e.g. "mmvq32:GGML_CUDA_MMVQ_MAX_COLS=32"), tag <file>-<tag>;
-#             only the layer counts in $SWEEP_LAYERS (default: all of LAYERS)
+#             only the layer counts in $SWEEP_LAYERS (default: all of LAYERS); the first prompt length
+#             and no loop simulations, or with SWEEP_FULL=1 as the clover stage times (a before/after
+#             of the simulations)
 #             legacy: every clover file of the first quant again with GGML_CUDA_CLOVER_LEGACY=1 (the
 #             01xx kernels back on upstream's paths, same build: before/after), tag <file>-legacy
 #             profile: one pass of each kind under Nsight Compute on the smallest clover file
@@ -369,7 +371,8 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
       stag=${setting%%:*}; IFS=, read -ra svars <<< "${setting#*:}"
       for f in $(variants "$FIRSTQ" ""); do
         [[ " ${SWEEP_LAYERS:-$LAYERS} " == *" $(basename "$f" .gguf | cut -d- -f2) "* ]] || continue
-        ( export "${svars[@]}"; time_file "$f" "$(basename "$f" .gguf)-$stag" --pp "${PP%%,*}" --no-sim )
+        if [ -n "${SWEEP_FULL:-}" ]; then sargs=(--pp "$PP"); else sargs=(--pp "${PP%%,*}" --no-sim); fi
+        ( export "${svars[@]}"; time_file "$f" "$(basename "$f" .gguf)-$stag" "${sargs[@]}" )
       done
     done
   fi

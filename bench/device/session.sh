@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The H200 session of issue 12 as it last ran (2026-12-04 morning: patch 0012's batched conv-state
-# snapshots) as two calls, each under the device tool's 10 minutes, with the CUDA libraries built
+# The H200 session of issue 12 as it last ran (2026-12-04 morning: a patch 0012 of batched conv-state
+# snapshots, measured and dropped: docs/performance.md) as two calls, each under the device tool's 10 minutes, with the CUDA libraries built
 # here (prepare.py --prebuilt): a cold machine needs no build. Everything lands in $WORK
 # (/tmp/clover-dev); a later call on the still-warm machine reuses it. What comes back is
 # $OUT/result.json, $OUT/run.log, $OUT/kernels.json and $OUT/all.tgz (the rest: op logs, stderr,
@@ -9,7 +9,7 @@
 # "before" times the same CUDA libraries with the libllama of the series without patch 0012
 # (.devcarry/before/libllama.so.0.5.0, copied there by hand from the previous build), through
 # llama-cpp-python's LLAMA_CPP_LIB_PATH: a lib dir of that libllama beside links to the carried
-# ggml libraries; "same" sets a variable nothing reads: the new series, timed beside it (the
+# ggml libraries; "same" sets a variable nothing reads: the series with the patch, timed beside it (the
 # clover stage's context is larger than the sweep's).
 #
 #   bash bench/device/session.sh 1   # 8 layers: upstream's step, the passes and loop simulations,

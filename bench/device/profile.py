@@ -13,6 +13,12 @@ head), `ar-adj` (the same with the `ar` loop's adjustment entries), `raw-ar` (pl
 of 1 token), `commit` (32 rows), `preview` (32 rows, coreset off), `preview-c8` (coreset forced
 to 8 experts), `fused` (32 causal rows + 32-row preview). `--summarize` groups the kernels of each
 CSV by kind and lists the largest kernels.
+
+Nsight Compute replays each kernel alone, so it times the kernels of a pass one by one, serialized.
+`--trace N` runs N passes under CUPTI's activity tracing instead (torch.profiler, in the same
+process: the device image's python has PyTorch), which records each kernel as it ran inside the
+CUDA graph, overlaps included; it prints per pass the sum of kernel times, the GPU span from the
+first kernel's start to the last one's end, and the sums by kind.
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ PASSES = ("ar", "ar-adj", "raw-ar", "commit", "preview", "preview-c8", "fused")
 BLOCK = 32
 
 
-def run(model: str, kind: str, prefix: int) -> dict:
+def setup(model: str, kind: str, prefix: int):  # noqa: ANN201
+    """The engine with a `prefix`-token sequence and a function that runs one pass of `kind`,
+    warmed up so that CUDA graphs are captured as in a timed run."""
     import numpy as np
     from llama_cpp import llama_cpp as ll
 
@@ -42,7 +50,6 @@ def run(model: str, kind: str, prefix: int) -> dict:
     from clover_local.llama.engine import LlamaEngine
     from clover_local.policy import DecodingSettings, RunningAdjustment
 
-    cudart = ctypes.CDLL("libcudart.so.13")
     eng = LlamaEngine(model, n_ctx=4096, n_gpu_layers=999, flash_attn=True, log=True, speculative=True)
     rng = np.random.default_rng(0)
     V = eng.vocab_size
@@ -79,16 +86,75 @@ def run(model: str, kind: str, prefix: int) -> dict:
         "preview-c8": lambda: eng.preview(block, adj, routing),
         "fused": fused,
     }[kind]
-    for _ in range(20):  # warm-up, so that CUDA graphs are captured as in a timed run
+
+    def synced() -> None:
         one()
         ll.llama_synchronize(eng.ctx)
+
+    for _ in range(20):  # warm-up, so that CUDA graphs are captured as in a timed run
+        synced()
+
+    def close() -> None:
+        ll.llama_batch_free(batch)
+        eng.close()
+
+    return synced, close
+
+
+def run(model: str, kind: str, prefix: int) -> dict:
+    one, close = setup(model, kind, prefix)
+    cudart = ctypes.CDLL("libcudart.so.13")
     cudart.cudaProfilerStart()
     one()
-    ll.llama_synchronize(eng.ctx)
     cudart.cudaProfilerStop()
-    ll.llama_batch_free(batch)
-    eng.close()
+    close()
     return {"pass": kind, "profiled": True}
+
+
+def kind_of(name: str) -> str:
+    return next((k for k, rx in KINDS if re.search(rx, name)), "other: " + name[:60])
+
+
+def trace(model: str, kind: str, prefix: int, reps: int) -> dict:
+    """`reps` passes under CUPTI's activity tracing: per pass, kernel time, GPU span, by kind."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    one, close = setup(model, kind, prefix)
+    spans, sums = [], []
+    by: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            one()
+    kernels = sorted(
+        (e for e in prof.events() if e.device_type == DeviceType.CUDA and e.time_range.elapsed_us() > 0),
+        key=lambda e: e.time_range.start,
+    )
+    close()
+    if not kernels:
+        return {"pass": kind, "error": "no CUDA kernels recorded"}
+    # the passes run the same graph, so the same kernels: split by count (splitting at the largest
+    # gaps between kernels went wrong on 2026-12-04: a gap inside a pass outgrew one between passes)
+    n = len(kernels) // reps
+    cuts = [i * n for i in range(1, reps)]
+    for lo, hi in zip([0, *cuts], [*cuts, len(kernels)], strict=True):
+        ks = kernels[lo:hi]
+        spans.append(ks[-1].time_range.end - ks[0].time_range.start)
+        sums.append(sum(k.time_range.elapsed_us() for k in ks))
+        for k in ks:
+            by[kind_of(k.name)] += k.time_range.elapsed_us() / reps
+            counts[kind_of(k.name)] += 1
+    return {
+        "pass": kind,
+        "reps": reps,
+        "kernels_per_pass": len(kernels) / reps,
+        "kernel_sum_ms": [round(x / 1e3, 3) for x in sums],
+        "gpu_span_ms": [round(x / 1e3, 3) for x in spans],
+        "by_kind_us": {
+            k: {"n": counts[k] // reps, "us": round(by[k], 1)} for k in sorted(by, key=lambda k: -by[k])
+        },
+    }
 
 
 KINDS = [  # (kind, regex on the kernel name), first match wins
@@ -127,7 +193,7 @@ def summarize(paths: list[Path]) -> dict:
         for r in rows:
             name = r.get("Kernel Name", "")
             ns = float(r["gpu__time_duration.sum"].replace(",", ""))
-            label = next((k for k, rx in KINDS if re.search(rx, name)), "other: " + name[:60])
+            label = kind_of(name)
             by[label].append(ns * unit)
             names[name[:100]].append(ns * unit)
         total_us = sum(sum(v) for v in by.values())
@@ -153,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefix", type=int, default=512)
     ap.add_argument("--summarize", type=Path, nargs="*")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--trace", type=int, default=0, help="N passes under CUPTI tracing (torch.profiler)")
     args = ap.parse_args(argv)
     if args.summarize:
         res = summarize(args.summarize)
@@ -163,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.model:
         ap.error("MODEL is required (or --summarize)")
+    if args.trace:
+        print(json.dumps(trace(args.model, args.kind, args.prefix, args.trace), indent=1), flush=True)
+        return 0
     print(json.dumps(run(args.model, args.kind, args.prefix)), flush=True)
     return 0
 

@@ -25,6 +25,9 @@
 #             legacy: every clover file of the first quant again with GGML_CUDA_CLOVER_LEGACY=1 (the
 #             01xx kernels back on upstream's paths, same build: before/after), tag <file>-legacy
 #             profile: one pass of each kind under Nsight Compute on the smallest clover file
+#             trace: $TRACE_PASSES (default "preview fused") on the smallest clover file, $TRACE_REPS passes
+#             (default 5) under CUPTI's activity tracing (bench/device/profile.py --trace): the kernels as
+#             they ran in the CUDA graph, overlaps included -> $OUT/trace-<pass>.json
 #             cpumoe: the largest clover file of the first quant with the routed experts in system RAM
 #             (--cpu-moe) and everything else on the GPU: upstream's AR step on its qwen35moe twin
 #             with the same placement, the engine's passes, the labelled simulations; the passes
@@ -297,7 +300,7 @@ clover_bench() {  # $1 gguf, $2 tag: the runtime's own `clover bench` on the sam
     || { note "clover-bench-$2" "clover bench failed"; rm -f "$WORK/clover-bench-$2.json"; }
 }
 [ -n "${RETIME:-}" ] && rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
-if want baseline || want clover || want loops || want parity || want cbench || want nographs || want legacy || want sweep || want profile || want cpumoe || want ops || want spec || want slots; then
+if want baseline || want clover || want loops || want parity || want cbench || want nographs || want legacy || want sweep || want profile || want trace || want cpumoe || want ops || want spec || want slots; then
   wait_build || note timings "no CUDA wheel"
 fi
 # The image builds with /opt/gcc (its own GCC), whose libstdc++ need not be the one the dynamic
@@ -405,6 +408,14 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
           --out "$WORK/profile.json" > /dev/null 2>> "$WORK/profile.stderr" || note profile "summary failed"
       tail -5 "$WORK/profile.stderr" >> "$OUT/run.log" 2>/dev/null
     fi
+  fi
+  if want trace && [ "$PATCHED" = 1 ] && [ -f "$SMALLCLOVER" ]; then
+    for k in ${TRACE_PASSES:-preview fused}; do
+      if (( $(left) < 40 )); then note "trace-$k" "too little time left ($(left) s)"; continue; fi
+      log "trace: $k on $SMALLCLOVER (CUPTI through torch.profiler, ${TRACE_REPS:-5} passes)"
+      $PY bench/device/profile.py "$SMALLCLOVER" --pass "$k" --trace "${TRACE_REPS:-5}" > "$OUT/trace-$k.json" \
+          2>> "$WORK/trace.stderr" || { note "trace-$k" "trace failed"; tail -5 "$WORK/trace.stderr" >> "$OUT/run.log"; }
+    done
   fi
   # ---- the loops and upstream's step round-robin in one process (issue 11's "same run") ---------
   if want loops && [ "$PATCHED" = 1 ]; then

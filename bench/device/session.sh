@@ -7,7 +7,7 @@
 # notes), since the tool returns at most 8 files.
 #
 # "before" times the same CUDA libraries with the libllama of the series without patch 0012
-# (.devcarry/before/libllama.so.0.5.0, copied there by hand from the previous build), through
+# (.devcarry/before/libllama.so.0.5.0: `prepare.py --prebuilt build/cuda-local --before LIB`), through
 # llama-cpp-python's LLAMA_CPP_LIB_PATH: a lib dir of that libllama beside links to the carried
 # ggml libraries; "same" sets a variable nothing reads: the series with the patch, timed beside it (the
 # clover stage's context is larger than the sweep's).
@@ -19,6 +19,7 @@
 set -u
 call=${1:?which call: 1 or 2}
 WORK=${WORK:-/tmp/clover-dev}
+[ -f .devcarry/before/libllama.so.0.5.0 ] || { echo "no .devcarry/before/libllama.so.0.5.0: prepare.py --before LIB" >&2; exit 2; }
 mkdir -p "$WORK/before-lib"
 cp .devcarry/before/libllama.so.0.5.0 "$WORK/before-lib/"
 ( cd "$WORK/before-lib" && ln -sf libllama.so.0.5.0 libllama.so.0 && ln -sf libllama.so.0 libllama.so &&

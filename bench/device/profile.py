@@ -143,8 +143,9 @@ def trace(model: str, kind: str, prefix: int, reps: int) -> dict:
         spans.append(ks[-1].time_range.end - ks[0].time_range.start)
         sums.append(sum(k.time_range.elapsed_us() for k in ks))
         for k in ks:
-            by[kind_of(k.name)] += k.time_range.elapsed_us() / reps
-            counts[kind_of(k.name)] += 1
+            label = kind_of(k.name)
+            by[label] += k.time_range.elapsed_us() / reps
+            counts[label] += 1
     return {
         "pass": kind,
         "reps": reps,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The H200 session of issue 12 as it last ran (2026-12-04 morning: a patch 0012 of batched conv-state
-# snapshots, measured and dropped: docs/performance.md) as two calls, each under the device tool's 10 minutes, with the CUDA libraries built
-# here (prepare.py --prebuilt): a cold machine needs no build. Everything lands in $WORK
+# The H200 session of issue 12 as it last ran (2026-12-04 morning: a patch 0012 of batched
+# conv-state snapshots, measured and dropped: docs/performance.md) as two calls, each under the
+# device tool's 10 minutes, with the CUDA libraries built here (prepare.py --prebuilt): a cold
+# machine needs no build. Everything lands in $WORK
 # (/tmp/clover-dev); a later call on the still-warm machine reuses it. What comes back is
 # $OUT/result.json, $OUT/run.log, $OUT/kernels.json and $OUT/all.tgz (the rest: op logs, stderr,
 # notes), since the tool returns at most 8 files.

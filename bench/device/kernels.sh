@@ -35,6 +35,8 @@
 #   MODES     the perf stage's modes, in order (default "legacy nosmall default"); with narrowall among
 #             MODES or PASS_MODES the eval stage also checks the narrow kernel at 1-8 columns
 #   EVAL_MODES  the modes whose paths the eval stage checks (default "default"; e.g. a MODE_<tag>)
+#   EVAL_OPS   the ops the eval stage checks (default MUL_MAT_ID_SMALL,MUL_MAT_SMALL,MUL_MAT_ID_SMALL_GLU;
+#             e.g. add upstream's MUL_MAT,MUL_MAT_ID for a change to every MMQ launch)
 #   EVAL_WIDE  0: no eval of the wide paths (default 1)
 #   EVAL_FILTER, PERF_FILTER  test-backend-ops -p regexes on the cases' parameters (default: all)
 #   MODE_<tag>  "VAR=V ..." : a mode of its own for MODES / PASS_MODES, e.g. MODE_kw8="GGML_CUDA_MMQ_NARROW_KW=8"
@@ -194,7 +196,7 @@ tbo() {  # $1 log name, $2 seconds allowed, then env assignments and test-backen
 if [ -x "$TBO" ]; then
   if want eval; then
     for mode in $EVAL_MODES; do
-      tbo eval-$mode 240 $(mode_env $mode) "$TBO" test -b $BACKEND -o "$OPS,MUL_MAT_ID_SMALL_GLU" ${EVAL_FILTER:+-p "$EVAL_FILTER"}
+      tbo eval-$mode 240 $(mode_env $mode) "$TBO" test -b $BACKEND -o "${EVAL_OPS:-$OPS,MUL_MAT_ID_SMALL_GLU}" ${EVAL_FILTER:+-p "$EVAL_FILTER"}
     done
     [[ " $MODES $PASS_MODES " == *" narrowall "* ]] && tbo eval-narrowall 120 $(mode_env narrowall) "$TBO" test -b $BACKEND \
         -o "$OPS" -p "${EVAL_FILTER:+$EVAL_FILTER.*}n=[1-8],"

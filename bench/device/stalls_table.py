@@ -1,0 +1,113 @@
+"""Summarize `stalls.sh`'s Nsight Compute CSVs: one line per kernel kind and case.
+
+    python bench/device/stalls_table.py DIR [--json OUT]
+
+Per kernel (median over its launches): time, DRAM bandwidth (reads and writes) and its share of
+the peak, L2 hit rate, warps active per SM, issue activity, registers, grid and block, and the three
+largest warp stall reasons in cycles per issued instruction. A kernel well under the DRAM peak with
+a busy issue slot is bound by its instructions; one with idle issue slots and long-scoreboard stalls
+waits on memory with too few loads in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import statistics
+from pathlib import Path
+
+STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio")
+FIELDS = {
+    "us": "gpu__time_duration.sum",
+    "dram_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram_gbs": "dram__bytes.sum.per_second",
+    "l2_hit": "lts__t_sector_hit_rate.pct",
+    "warps_active_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "issue_pct": "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "regs": "launch__registers_per_thread",
+    "grid": "launch__grid_size",
+    "block": "launch__block_size",
+    "smem": "launch__shared_mem_per_block_dynamic",
+}
+
+
+def _num(text: str) -> float:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return float("nan")
+
+
+def read(path: Path) -> list[dict]:
+    """The kernels of one case, in launch order, with the FIELDS and the stall ratios."""
+    lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.startswith('"')]
+    if len(lines) < 3:
+        return []
+    rows = list(csv.reader(lines))
+    header, units = rows[0], rows[1]
+    out = []
+    for row in rows[2:]:
+        rec = dict(zip(header, row, strict=True))
+        unit = dict(zip(header, units, strict=True))
+        k = {"kernel": re.sub(r"\(.*", "", rec.get("Kernel Name", "?"))}
+        for key, name in FIELDS.items():
+            value = _num(rec.get(name, ""))
+            if key == "us":
+                value *= {"ns": 1e-3, "us": 1.0, "ms": 1e3}.get(unit.get(name, ""), float("nan"))
+            if key == "dram_gbs":
+                value *= {
+                    "byte/s": 1e-9,
+                    "Kbyte/s": 1e-6,
+                    "Mbyte/s": 1e-3,
+                    "Gbyte/s": 1.0,
+                    "Tbyte/s": 1e3,
+                }.get(unit.get(name, ""), float("nan"))
+            k[key] = value
+        k["stalls"] = {m.group(1): _num(v) for h, v in rec.items() if (m := STALL.fullmatch(h))}
+        out.append(k)
+    return out
+
+
+def summarize(kernels: list[dict]) -> list[dict]:
+    """Median per kernel name, in order of first launch."""
+    names = list(dict.fromkeys(k["kernel"] for k in kernels))
+    out = []
+    for name in names:
+        ks = [k for k in kernels if k["kernel"] == name]
+        s = {"kernel": name, "launches": len(ks)}
+        for key in FIELDS:
+            s[key] = statistics.median(k[key] for k in ks)
+        stalls = {r: statistics.median(k["stalls"].get(r, 0.0) for k in ks) for r in ks[0]["stalls"]}
+        s["stalls"] = dict(sorted(stalls.items(), key=lambda kv: -kv[1])[:3])
+        out.append(s)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dir", type=Path)
+    ap.add_argument("--json", type=Path, help="write the summary here too")
+    args = ap.parse_args()
+    table = {}
+    columns = ["case", "kernel", "us", "DRAM GB/s (% peak)", "L2 hit %", "warps active %", "issue %", "regs"]
+    columns += ["grid x block", "stalls (cycles / issue)"]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for path in sorted(args.dir.glob("ncu-*.csv")):
+        case = path.stem.removeprefix("ncu-")
+        table[case] = summarize(read(path))
+        for s in table[case]:
+            stalls = ", ".join(f"{r} {v:.1f}" for r, v in s["stalls"].items())
+            print(
+                f"| {case} | {s['kernel'][:40]} | {s['us']:.1f} | {s['dram_gbs']:.0f} ({s['dram_pct']:.0f}) "
+                f"| {s['l2_hit']:.0f} | {s['warps_active_pct']:.0f} | {s['issue_pct']:.0f} | {s['regs']:.0f} "
+                f"| {s['grid']:.0f} x {s['block']:.0f} | {stalls} |"
+            )
+    if args.json:
+        args.json.write_text(json.dumps(table, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""bench/device's stalls_table.py and same_logits.py: Nsight Compute CSVs read back, logits compared."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / f"bench/device/{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+stalls_table = _load("stalls_table")
+same_logits = _load("same_logits")
+
+STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+HEADER = [
+    "ID",
+    "Kernel Name",
+    "gpu__time_duration.sum",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram__bytes.sum.per_second",
+    "launch__registers_per_thread",
+] + [STALL.format(r) for r in ("barrier", "long_scoreboard", "wait", "selected")]
+UNITS = ["", "", "ns", "%", "Gbyte/s", "register/thread", "", "", "", ""]
+
+
+def _csv(rows: list[list[str]]) -> str:
+    # ncu --csv --page raw: its own lines first, then the header, the units and one row per launch
+    lines = ["==PROF== Connected to process 1 (test-backend-ops)"]
+    lines += [",".join(f'"{c}"' for c in row) for row in [HEADER, UNITS, *rows]]
+    return "\n".join(lines) + "\n"
+
+
+def test_stalls_table_medians_units_and_largest_stalls(tmp_path: Path, capsys) -> None:
+    mmq = "void mul_mat_q<14, 32, 0, 30>(const char *, int)"
+    (tmp_path / "ncu-dense.csv").write_text(
+        _csv(
+            [
+                ["0", "quantize_q8_1(const float *)", "2,800", "2", "95", "20", "0.1", "4.7", "1.8", "1.0"],
+                ["1", mmq, "19,000", "15", "700", "168", "0.2", "1.0", "0.8", "1.0"],
+                ["2", mmq, "21,000", "17", "760", "168", "0.3", "1.2", "0.6", "1.0"],
+                ["3", mmq, "40,000", "9", "300", "168", "0.1", "1.1", "0.9", "1.0"],
+            ]
+        )
+    )
+    table = {
+        case: stalls_table.summarize(stalls_table.read(p))
+        for case, p in [("dense", tmp_path / "ncu-dense.csv")]
+    }
+    quant, mm = table["dense"]
+    assert quant["kernel"] == "quantize_q8_1" and quant["launches"] == 1 and quant["us"] == pytest.approx(2.8)
+    assert mm["kernel"] == "void mul_mat_q<14, 32, 0, 30>" and mm["launches"] == 3
+    assert mm["us"] == pytest.approx(21.0) and mm["dram_gbs"] == pytest.approx(700) and mm["regs"] == 168
+    assert list(mm["stalls"]) == ["long_scoreboard", "selected", "wait"]
+    assert mm["stalls"]["long_scoreboard"] == pytest.approx(1.1)
+    sys_argv = sys.argv  # the CLI prints the same rows as a markdown table
+    try:
+        sys.argv = ["stalls_table.py", str(tmp_path), "--json", str(tmp_path / "s.json")]
+        stalls_table.main()
+    finally:
+        sys.argv = sys_argv
+    out = capsys.readouterr().out
+    assert "| dense | void mul_mat_q<14, 32, 0, 30> | 21.0 | 700 (15) |" in out
+    assert (tmp_path / "s.json").read_text().count('"launches"') == 2
+
+
+def test_stalls_table_reads_a_case_without_kernels_as_empty(tmp_path: Path) -> None:
+    p = tmp_path / "ncu-none.csv"
+    p.write_text("==WARNING== No kernels were profiled.\n")
+    assert stalls_table.read(p) == []
+
+
+def test_same_logits_compare_names_identical_and_differing_batches() -> None:
+    a = {"32": np.arange(6, dtype=np.float32).reshape(2, 3), "64": np.ones((4, 3), np.float32)}
+    b = {"32": a["32"].copy(), "64": a["64"].copy()}
+    b["64"][1, 2] += 0.5
+    lines, differs = same_logits.compare(a, b, [32, 64])
+    assert differs
+    assert lines == ["32 rows: identical (6 logits)", "64 rows: 1 of 12 logits differ, at most 0.5"]
+    assert same_logits.compare(a, a, [32, 64])[1] is False
+
+
+@pytest.mark.llama
+def test_same_logits_on_the_cpu_is_identical_for_a_cuda_switch(llama_gguf: Path) -> None:
+    # a CUDA switch cannot change a CPU run: two real processes, every row's logits, bit-identical
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench/device/same_logits.py"),
+        str(llama_gguf),
+        "GGML_CUDA_MMQ_NARROW=0",
+        "--rows",
+        "8,17",
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    vocab = 512  # the tiny preset's
+    assert res.stdout.splitlines() == [f"{n} rows: identical ({n * vocab} logits)" for n in (8, 17)]

@@ -14,6 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load(name: str):
+    # the scripts run from their own folder (`python bench/device/X.py`), where profile.py finds stalls_table
+    if str(ROOT / "bench/device") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench/device"))
     spec = importlib.util.spec_from_file_location(name, ROOT / f"bench/device/{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -22,6 +25,7 @@ def _load(name: str):
 
 stalls_table = _load("stalls_table")
 same_logits = _load("same_logits")
+profile = _load("profile")
 
 STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 HEADER = [
@@ -35,10 +39,10 @@ HEADER = [
 UNITS = ["", "", "ns", "%", "Gbyte/s", "register/thread", "", "", "", ""]
 
 
-def _csv(rows: list[list[str]]) -> str:
+def _csv(rows: list[list[str]], units: list[str] = UNITS) -> str:
     # ncu --csv --page raw: its own lines first, then the header, the units and one row per launch
     lines = ["==PROF== Connected to process 1 (test-backend-ops)"]
-    lines += [",".join(f'"{c}"' for c in row) for row in [HEADER, UNITS, *rows]]
+    lines += [",".join(f'"{c}"' for c in row) for row in [HEADER, units, *rows]]
     return "\n".join(lines) + "\n"
 
 
@@ -73,6 +77,21 @@ def test_stalls_table_medians_units_and_largest_stalls(tmp_path: Path, capsys) -
     out = capsys.readouterr().out
     assert "| dense | void mul_mat_q<14, 32, 0, 30> | 21.0 | 700 (15) |" in out
     assert (tmp_path / "s.json").read_text().count('"launches"') == 2
+
+
+def test_profile_summarize_reads_the_same_csvs_by_kernel_kind(tmp_path: Path) -> None:
+    # the CSV reader stalls_table.py uses: durations go by the units row (ncu prints ns or us)
+    mmq = "void mul_mat_q<14, 32, 0, 30>(const char *, int)"
+    rows = [
+        ["0", "quantize_q8_1(const float *)", "2,800", "2", "95", "20", "0", "0", "0", "0"],
+        ["1", mmq, "19,000", "15", "700", "168", "0", "0", "0", "0"],
+    ]
+    (tmp_path / "ncu-preview.csv").write_text(_csv(rows))
+    (tmp_path / "ncu-commit.csv").write_text(_csv(rows, units=[*UNITS[:2], "us", *UNITS[3:]]))
+    res = profile.summarize([tmp_path / "ncu-preview.csv", tmp_path / "ncu-commit.csv"])
+    assert res["preview"]["kernels"] == 2 and res["preview"]["kernel_sum_ms"] == pytest.approx(0.0218)
+    assert res["preview"]["by_kind_us"]["matmul: mmq"] == {"n": 1, "us": 19.0}
+    assert res["commit"]["kernel_sum_ms"] == pytest.approx(21.8)
 
 
 def test_stalls_table_reads_a_case_without_kernels_as_empty(tmp_path: Path) -> None:

@@ -24,13 +24,14 @@ first kernel's start to the last one's end, and the sums by kind.
 from __future__ import annotations
 
 import argparse
-import csv
 import ctypes
 import json
 import re
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+from stalls_table import duration_us, ncu_rows  # bench/device, the script's own folder
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -182,21 +183,14 @@ def summarize(paths: list[Path]) -> dict:
     out = {}
     for p in paths:
         kind = re.sub(r"^ncu-|\.csv$", "", p.name)
-        rows = [
-            r for r in csv.DictReader(line for line in p.read_text().splitlines() if line.startswith('"'))
-        ]
-        rows = [
-            r for r in rows if r.get("gpu__time_duration.sum", "").replace(".", "").replace(",", "").isdigit()
-        ]
+        rows, units = ncu_rows(p)
         by: dict[str, list[float]] = defaultdict(list)
         names: dict[str, list[float]] = defaultdict(list)
-        unit = 1e-3  # ns -> us
         for r in rows:
             name = r.get("Kernel Name", "")
-            ns = float(r["gpu__time_duration.sum"].replace(",", ""))
-            label = kind_of(name)
-            by[label].append(ns * unit)
-            names[name[:100]].append(ns * unit)
+            us = duration_us(r, units)
+            by[kind_of(name)].append(us)
+            names[name[:100]].append(us)
         total_us = sum(sum(v) for v in by.values())
         out[kind] = {
             "kernels": sum(len(v) for v in by.values()),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Why a small-batch matmul kernel runs above its byte floor, on the lent H200: Nsight Compute's
 # throughput, occupancy and warp-stall sections for single test-backend-ops cases (the cases of
-# bench/device/kernels-test-cases.patch), each op run once in `test` mode with the caches flushed
-# before every kernel (weights come from DRAM, as in a pass). One CSV row per kernel.
+# bench/device/kernels-test-cases.patch), each op run once in `test` mode (or, for the cases only perf
+# mode has, its first launches in `perf` mode) with the caches flushed before every kernel (weights
+# come from DRAM, as in a pass). One CSV row per kernel; summary: stalls_table.py.
 #
 #   bash bench/device/stalls.sh      (in the repo root there; carry [".devcarry"] from
 #                                     `prepare.py --prebuilt build/cuda-local`)
@@ -15,7 +16,7 @@ WORK=${WORK:-/tmp/clover-dev}
 T0=$(date +%s)
 log() { echo "[+$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/stalls.log"; }
 
-# the CUDA libraries and test-backend-ops, as run.sh's ops stage makes them (no op runs)
+# the CUDA libraries and test-backend-ops, as run.sh's ops stage makes them (OPS_STAGES=none: no op runs)
 STAGES=build,ops OPS_STAGES=none BUDGET_S=300 OUT="$OUT/run" WORK="$WORK" bash bench/device/run.sh > /dev/null 2>&1
 TBO="$WORK/test-backend-ops"; LIB="$WORK/site/llama_cpp/lib"
 [ -x "$TBO" ] || { log "no test-backend-ops"; tail -20 "$OUT/run/run.log"; exit 1; }

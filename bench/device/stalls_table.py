@@ -40,22 +40,33 @@ def _num(text: str) -> float:
         return float("nan")
 
 
-def read(path: Path) -> list[dict]:
-    """The kernels of one case, in launch order, with the FIELDS and the stall ratios."""
+def ncu_rows(path: Path) -> tuple[list[dict], dict]:
+    """The launches of an `ncu --csv --page raw` log (one dict per kernel, by metric name) and the
+    units of its metrics; ncu's own lines before the table are skipped. `profile.py --summarize`
+    reads its CSVs through this too."""
     lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.startswith('"')]
     if len(lines) < 3:
-        return []
-    rows = list(csv.reader(lines))
-    header, units = rows[0], rows[1]
+        return [], {}
+    header, units, *rows = csv.reader(lines)
+    return [dict(zip(header, row, strict=True)) for row in rows], dict(zip(header, units, strict=True))
+
+
+def duration_us(row: dict, units: dict) -> float:
+    """A launch's `gpu__time_duration.sum` in us, whichever time unit ncu printed."""
+    name = "gpu__time_duration.sum"
+    return _num(row.get(name, "")) * {"ns": 1e-3, "us": 1.0, "ms": 1e3}.get(units.get(name, ""), float("nan"))
+
+
+def read(path: Path) -> list[dict]:
+    """The kernels of one case, in launch order, with the FIELDS and the stall ratios."""
+    rows, units = ncu_rows(path)
     out = []
-    for row in rows[2:]:
-        rec = dict(zip(header, row, strict=True))
-        unit = dict(zip(header, units, strict=True))
+    for rec in rows:
         k = {"kernel": re.sub(r"\(.*", "", rec.get("Kernel Name", "?"))}
         for key, name in FIELDS.items():
             value = _num(rec.get(name, ""))
             if key == "us":
-                value *= {"ns": 1e-3, "us": 1.0, "ms": 1e3}.get(unit.get(name, ""), float("nan"))
+                value = duration_us(rec, units)
             if key == "dram_gbs":
                 value *= {
                     "byte/s": 1e-9,
@@ -63,7 +74,7 @@ def read(path: Path) -> list[dict]:
                     "Mbyte/s": 1e-3,
                     "Gbyte/s": 1.0,
                     "Tbyte/s": 1e3,
-                }.get(unit.get(name, ""), float("nan"))
+                }.get(units.get(name, ""), float("nan"))
             k[key] = value
         k["stalls"] = {m.group(1): _num(v) for h, v in rec.items() if (m := STALL.fullmatch(h))}
         out.append(k)

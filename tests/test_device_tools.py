@@ -13,11 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load(name: str):
-    # the scripts run from their own folder (`python bench/device/X.py`), where profile.py finds stalls_table
-    if str(ROOT / "bench/device") not in sys.path:
-        sys.path.insert(0, str(ROOT / "bench/device"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / f"bench/device/{name}.py")
+def _load(name: str, as_name: str | None = None):
+    spec = importlib.util.spec_from_file_location(as_name or name, ROOT / f"bench/device/{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -25,7 +22,11 @@ def _load(name: str):
 
 stalls_table = _load("stalls_table")
 same_logits = _load("same_logits")
-profile = _load("profile")
+# profile.py imports stalls_table from its own folder (it runs as `python bench/device/profile.py`);
+# here that import finds the module loaded above, without bench/device on sys.path, where profile.py
+# would shadow the standard library's `profile` (cProfile, and through it transformers, import it)
+sys.modules.setdefault("stalls_table", stalls_table)
+profile = _load("profile", "device_profile")
 
 STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 HEADER = [

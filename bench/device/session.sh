@@ -17,8 +17,12 @@
 #                                    # passes and loop simulations both ways
 #   bash bench/device/session.sh 2   # (warm) the passes and simulations again, both ways, the
 #                                    # series before 0106 first
+#   bash bench/device/session.sh 3   # (cold, the libraries built from the series as it landed)
+#                                    # 8 layers: test-backend-ops of MUL_MAT_SMALL and of upstream's
+#                                    # MUL_MAT cases of 9-64 columns against the CPU, the passes
+#                                    # both ways
 set -u
-call=${1:?which call: 1 or 2}
+call=${1:?which call: 1, 2 or 3}
 WORK=${WORK:-/tmp/clover-dev}
 export QUANTS=q4_k_m GEN_LAYERS=8 LAYERS=40 SWEEP_FULL=1
 export MODE_mvq16="GGML_CUDA_MMVQ_MAX_COLS=16"
@@ -33,7 +37,12 @@ case $call in
   2) # "again" is the series as it is (a variable nothing reads, for a tag of its own)
      SWEEP="mvq16b:GGML_CUDA_MMVQ_MAX_COLS=16 again:CLOVER_SWEEP_REPEAT=1" STAGES=build,sweep BUDGET_S=330 \
        bash bench/device/run.sh ;;
-  *) echo "call 1 or 2" >&2; exit 2 ;;
+  3) STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval EVAL_WIDE=0 EVAL_OPS=MUL_MAT_SMALL,MUL_MAT \
+     EVAL_MODES="default mvq16" EVAL_FILTER='type_a=(q4_0|q4_1|q5_0|q5_1|q8_0|q4_K|q5_K|q6_K),.*,n=(9|[1-5][0-9]|6[0-4]),' \
+     BUDGET_S=250 bash bench/device/run.sh
+     SWEEP="mvq16:GGML_CUDA_MMVQ_MAX_COLS=16" LAYERS=8 SWEEP_FULL="" STAGES=build,clover,sweep \
+       BUDGET_S=$(( 400 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
+  *) echo "call 1, 2 or 3" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

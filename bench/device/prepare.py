@@ -12,8 +12,6 @@ Writes (keep the total under ~40 MiB: the working tree that travels is limited t
   ggml backends);
 - `.devcarry/wheels/`: pure-Python wheels the device image lacks (gguf, diskcache);
 - `.devcarry/meta.json`: commit, dirty files, applied patches and their sha256, sdist version;
-- with `--before LIB`, `.devcarry/before/libllama.so.0.5.0`: a libllama built from another series,
-  for a before/after of a graph change in one call (`bench/device/session.sh`);
 - with `--prebuilt BUILD_DIR`, `.devcarry/site.tar.gz`: the `llama_cpp` package installed here with
   its `lib/` replaced by the shared libraries of a CUDA CMake build made here of the same patched
   tree (sm_90, nvcc 13.0 as on the device; `build_cuda_here` in bench/device/README.md). The device
@@ -267,18 +265,6 @@ def carry_prebuilt(build_dir: Path, dest: Path, label: str) -> None:
     print(f"{dest}: {dest.stat().st_size / 2**20:.1f} MiB (llama_cpp from {pkg}, libraries from {build_dir})")
 
 
-def carry_before(lib: Path | None, dest: Path) -> dict | None:
-    """A libllama of another series (the "before" of a change to the graph) under its soname's file
-    name, which session.sh links beside the carried ggml libraries for LLAMA_CPP_LIB_PATH; without
-    one, none is carried (no stale one either)."""
-    shutil.rmtree(dest, ignore_errors=True)
-    if lib is None:
-        return None
-    dest.mkdir(parents=True)
-    shutil.copy2(lib.resolve(), dest / "libllama.so.0.5.0")
-    return {"from": str(lib), "sha256": sha256(lib)}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / ".devcarry")
@@ -291,14 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also run a CPU `cmake` configure (no build) of the slim tree, as a check",
     )
     ap.add_argument("--prebuilt", type=Path, help="a CUDA CMake build dir of the same patched tree to carry")
-    ap.add_argument(
-        "--before",
-        type=Path,
-        help="a libllama.so of another series to carry as .devcarry/before/ (a graph change's before/after)",
-    )
     args = ap.parse_args(argv)
-    if args.before is not None and not args.before.is_file():
-        ap.error(f"--before {args.before}: no such file")
 
     t0 = time.time()
     out: Path = args.out
@@ -345,14 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     (out / "site.tar.gz").unlink(missing_ok=True)
     if args.prebuilt:
         carry_prebuilt(args.prebuilt, out / "site.tar.gz", _build_module().version(patches))
-    before = carry_before(args.before, out / "before")
     meta = {
         "llama_cpp_python": source.LLAMA_CPP_PYTHON_VERSION,
         "sdist_sha256": source.SDIST_SHA256,
         "patches": [{"name": p.name, "sha256": sha256(p)} for p in patches],
         "patched_with": how,
         "wheels": wheels,
-        "before": before,
         "prepared_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **git_meta(),
     }

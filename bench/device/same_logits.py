@@ -4,9 +4,9 @@ logits, in one process per setting (ggml-cuda reads its switches once per proces
     python bench/device/same_logits.py MODEL.gguf VAR=VALUE [--rows 32,64]
 
 Prints one line per batch size: identical, or the largest difference and how many logits differ.
-Exit status 1 if any differs. Patch 0106 moved MMQ's stream-k fix-up into the matmul kernel and
-keeps the fix-up kernel's order of additions, so its results must be bit-identical with the fix-up
-kernel's (GGML_CUDA_MMQ_FIXUP_KERNEL=1).
+Exit status 1 if any differs. Written for a change that must not move a bit: the dropped experiment
+of 2026-12-04 that moved MMQ's stream-k fix-up into the matmul kernel in the fix-up kernel's order
+of additions (GGML_CUDA_MMQ_FIXUP_KERNEL=1 was the fix-up kernel; commit a85fde3, docs/performance.md).
 """
 
 from __future__ import annotations

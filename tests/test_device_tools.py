@@ -101,6 +101,42 @@ def test_stalls_table_reads_a_case_without_kernels_as_empty(tmp_path: Path) -> N
     assert stalls_table.read(p) == []
 
 
+def test_stalls_table_source_page_by_reason_opcode_and_execution_count(tmp_path: Path, capsys) -> None:
+    # ncu --page source --csv --print-source sass: the kernel's name, a header, one row per SASS instruction
+    header = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed"]
+    header += ["stall_barrier", "stall_long_sb", "stall_wait", "stall_barrier (Not Issued)"]
+    rows = [
+        ["0x10", "LDC R1, c[0x0][0x28]", "2", "100", "0", "0", "2", "0"],  # once per warp
+        ["0x20", "@P4   LDG.E.U16 R9, desc[UR14][R4.64+0x10]", "35", "800", "0", "35", "0", "0"],  # per step
+        ["0x30", "@!P4  LDG.E R9, desc[UR14][R4.64+0x10]", "10", "800", "0", "10", "0", "0"],
+        ["0x40", "HMMA.16816.F32 R32, R36, R62, R32", "18", "800", "0", "0", "18", "0"],
+        ["0x50", "BAR.SYNC.DEFER_BLOCKING 0x0", "35", "200", "35", "0", "0", "35"],  # per work item
+    ]
+    kernel = "void mul_mat_q_narrow<(ggml_type)14, (int)32, (bool)0>(const char *, const void *, int)"
+    text = f'"Kernel Name","{kernel}",\n' + "\n".join(",".join(f'"{c}"' for c in r) for r in [header, *rows])
+    (tmp_path / "src-dense.csv").write_text(text + "\n")
+    page = stalls_table.source_page(tmp_path / "src-dense.csv")
+    assert page["kernel"] == "void mul_mat_q_narrow<14, 32, 0>"
+    assert page["warp_instructions"] == 2700 and page["samples"] == 100
+    assert page["stalls_pct"] == {"long_sb": 45.0, "barrier": 35.0, "wait": 20.0}  # "Not Issued" left out
+    assert list(page["opcodes_pct"]) == ["LDG", "HMMA", "BAR", "LDC"]  # predicates stripped, by instructions
+    assert page["opcodes_pct"]["LDG"] == pytest.approx([1600 / 27, 45.0])
+    step, item, warp = page["by_executions"]
+    assert (step["executed"], step["instructions"], step["samples_pct"]) == (800, 3, 63.0)
+    assert step["inst_pct"] == pytest.approx(2400 / 27)
+    assert item["executed"] == 200 and warp["executed"] == 100
+    (tmp_path / "src-none.csv").write_text('"Kernel Name","k",\n')  # ncu found no kernel: no table row
+    assert stalls_table.source_page(tmp_path / "src-none.csv") == {}
+    sys_argv = sys.argv
+    try:
+        sys.argv = ["stalls_table.py", str(tmp_path)]
+        stalls_table.main()
+    finally:
+        sys.argv = sys_argv
+    out = capsys.readouterr().out
+    assert "| dense | void mul_mat_q_narrow<14, 32, 0> | 0.0 | long_sb 45, barrier 35, wait 20 |" in out
+
+
 def test_same_logits_compare_names_identical_and_differing_batches() -> None:
     a = {"32": np.arange(6, dtype=np.float32).reshape(2, 3), "64": np.ones((4, 3), np.float32)}
     b = {"32": a["32"].copy(), "64": a["64"].copy()}

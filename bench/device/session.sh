@@ -1,47 +1,83 @@
 #!/usr/bin/env bash
-# The H200 session of issue 12 as it last ran (2026-12-04 08:00-08:30 UTC: patch 0106, MMVQ's column
-# chunks up to 64 columns for matrices of fewer than 1024 rows; docs/performance.md of that date) as
-# two calls on one machine, each under the device tool's 10 minutes, with the CUDA libraries built
-# here (prepare.py --prebuilt): a cold machine needs no build. Everything lands in $WORK
-# (/tmp/clover-dev); the second call, on the still-warm machine, reuses it. What comes back is
-# $OUT/result.json, $OUT/run.log, $OUT/kernels.json and $OUT/all.tgz (the rest: op logs, stderr,
-# notes), since the tool returns at most 8 files.
+# The H200 session of issue 12 as it last ran (2026-12-04 10:06-10:35 UTC: the narrow kernel of patch
+# 0105 with the next step's weights loaded during this one, for dense matmuls of up to 64 columns with
+# the activations staged once wherever they fit, and for experts in column chunks; where its
+# instructions go; docs/performance.md of that date) as calls on one machine,
+# each under the device tool's 10 minutes, with the CUDA libraries built here (prepare.py
+# --prebuilt): a cold machine needs no build. Everything lands in $WORK (/tmp/clover-dev); a second
+# call on the still-warm machine reuses it. What comes back is $OUT/result.json, $OUT/run.log,
+# $OUT/kernels.json and $OUT/all.tgz (the rest: op logs, stderr, notes), since the tool returns at
+# most 8 files.
 #
-# "mvq16" is the same build with GGML_CUDA_MMVQ_MAX_COLS=16: 0106's limit back to 0102's 16 columns
-# for every size, i.e. the series before 0106. (A first call that day timed two experiments from
-# builds of their own, recorded in performance.md and not in the series: MMQ's small-block table at
-# 24-32 columns as 256-thread, 128-row blocks at two per SM, and the chunks gated by bytes.)
+# The switches below exist only with the experiment patch
+# bench/device/experiments/0107-CUDA-narrow-kernel-the-next-step-s-weights-in-regist.patch (in the
+# repository's history, see performance.md): it was copied into patches/ for prepare.py and for the
+# build of build/cuda-local. Everything it tried lost or tied, so the series does not have it.
 #
-#   bash bench/device/session.sh 1   # the real 40-layer shapes: test-backend-ops of MUL_MAT_SMALL
-#                                    # against the CPU, per-op times both ways, upstream's step, the
-#                                    # passes and loop simulations both ways
-#   bash bench/device/session.sh 2   # (warm) the passes and simulations again, both ways, the
-#                                    # series before 0106 first
-#   bash bench/device/session.sh 3   # (cold, the libraries built from the series as it landed)
-#                                    # 8 layers: test-backend-ops of MUL_MAT_SMALL and of upstream's
-#                                    # MUL_MAT cases of 9-64 columns against the CPU, the passes
-#                                    # both ways
+# One build times every variant through GGML_CUDA_MMQ_NARROW_DENSE_V (0: the kernel as landed in
+# 0105, 2: the activations staged once where they fit, 1 (default): that and the second step in
+# registers) and GGML_CUDA_MMQ_NARROW_DENSE_MAX (16 as landed: MMQ above; 32 or 64: the narrow
+# kernel up to there); GGML_CUDA_MMQ_NARROW_ID_DBUF=1 loads the second step during the first in its
+# MUL_MAT_ID too ("iddb"; "id64db" with the narrow kernel up to 64 tokens). "old" is the series as
+# it landed.
+#
+#   bash bench/device/session.sh 1   # 8 layers: test-backend-ops of MUL_MAT_SMALL, MUL_MAT_ID_SMALL and
+#                                    # upstream's MUL_MAT of 9-64 columns against the CPU with the narrow
+#                                    # kernel on every dense matmul of 9-64 columns (DENSE_MIN_ROWS=16)
+#                                    # and ID_DBUF=1; per-op times of the projections in every mode;
+#                                    # upstream's step; the passes in every mode
+#   bash bench/device/session.sh 2   # Nsight Compute's source page of the narrow kernel (stalls.sh
+#                                    # SOURCE=...): three expert cases, two dense ones
+#   bash bench/device/session.sh 3   # the experts in 8- and 16-column chunks, the K split forced:
+#                                    # test-backend-ops against the CPU, per-op times, 8 layers
+#                                    # (as run, the checks took the time of the per-op stage; a last
+#                                    # warm call timed the series and 8-column chunks A, B, A, B:
+#                                    # SWEEP="a:CLOVER_SWEEP_REPEAT=1 idc8:... b:CLOVER_SWEEP_REPEAT=2
+#                                    # idc8b:..." STAGES=build,gen,convert,sweep run.sh)
 set -u
 call=${1:?which call: 1, 2 or 3}
 WORK=${WORK:-/tmp/clover-dev}
-export QUANTS=q4_k_m GEN_LAYERS=8 LAYERS=40 SWEEP_FULL=1
-export MODE_mvq16="GGML_CUDA_MMVQ_MAX_COLS=16"
+export QUANTS=q4_k_m GEN_LAYERS=8
+export MODE_old="GGML_CUDA_MMQ_NARROW_DENSE_V=0"
+export MODE_n64v0="GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_V=0"
+export MODE_n64v2="GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_V=2"
+export MODE_n64v1="GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_V=1"
+export MODE_iddb="GGML_CUDA_MMQ_NARROW_ID_DBUF=1"
+export MODE_id64db="GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_MAX=64"
+export MODE_e1="$MODE_n64v1 GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16 $MODE_iddb"
 T0=$(date +%s)
 OUT=${OUT:-/tmp/clover-out}
 case $call in
-  1) STAGES=build,gen,convert,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_OPS=MUL_MAT_SMALL EVAL_MODES=default \
-     MODES="mvq16 default" PERF_S=25 PERF_FILTER='type_a=(q4_K|q6_K),.*,m=512,n=(16|24|32|64),' \
+  1) STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_OPS=MUL_MAT_SMALL,MUL_MAT,MUL_MAT_ID_SMALL \
+     EVAL_MODES="e1" EVAL_FILTER='type_a=(q4_K|q5_K|q6_K|q8_0),.*,n=(9|[1-5][0-9]|6[0-4]),' \
+     MODES="old n64v0 n64v2 n64v1 default iddb id64db" PERF_S=20 PERF_FILTER='type_a=(q4_K|q6_K),.*,m=(8192|2048|512),n=(16|24|32|64),' \
      BUDGET_S=330 bash bench/device/run.sh
-     SWEEP="mvq16:GGML_CUDA_MMVQ_MAX_COLS=16" STAGES=build,baseline,clover,sweep \
-       BUDGET_S=$(( 560 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
-  2) # "again" is the series as it is (a variable nothing reads, for a tag of its own)
-     SWEEP="mvq16b:GGML_CUDA_MMVQ_MAX_COLS=16 again:CLOVER_SWEEP_REPEAT=1" STAGES=build,sweep BUDGET_S=330 \
-       bash bench/device/run.sh ;;
-  3) STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval EVAL_WIDE=0 EVAL_OPS=MUL_MAT_SMALL,MUL_MAT \
-     EVAL_MODES="default mvq16" EVAL_FILTER='type_a=(q4_0|q4_1|q5_0|q5_1|q8_0|q4_K|q5_K|q6_K),.*,n=(9|[1-5][0-9]|6[0-4]),' \
-     BUDGET_S=250 bash bench/device/run.sh
-     SWEEP="mvq16:GGML_CUDA_MMVQ_MAX_COLS=16" LAYERS=8 SWEEP_FULL="" STAGES=build,clover,sweep \
-       BUDGET_S=$(( 400 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
+     SWEEP="n64:GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 iddb:GGML_CUDA_MMQ_NARROW_ID_DBUF=1 old:GGML_CUDA_MMQ_NARROW_DENSE_V=0
+            n32:GGML_CUDA_MMQ_NARROW_DENSE_MAX=32 n64iddb:GGML_CUDA_MMQ_NARROW_DENSE_MAX=64,GGML_CUDA_MMQ_NARROW_ID_DBUF=1
+            id64db:GGML_CUDA_MMQ_NARROW_ID_DBUF=1,GGML_CUDA_MMQ_NARROW_ID_MAX=64" \
+       LAYERS=8 STAGES=build,baseline,clover,sweep BUDGET_S=$(( 560 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
+  2) # where the narrow kernel's instructions and stalls go, per SASS instruction (Nsight's source page);
+     # (run as stalls.sh alone, the tool's limit of 8 files left the experts' pages behind and a second
+     # call fetched them; through this script they come back in all.tgz)
+     SOURCE=mul_mat_q_narrow CASES="
+experts-q4k-256|-|MUL_MAT_ID_SMALL|type_a=q4_K,type_b=f32,n_mats=256,n_used=8,b=1,m=512,n=32,k=2048,.*n_active=256\$
+experts-q6k-256|-|MUL_MAT_ID_SMALL|type_a=q6_K,type_b=f32,n_mats=256,n_used=8,b=0,m=2048,n=32,k=512,.*n_active=256\$
+experts-q4k-8|-|MUL_MAT_ID_SMALL|type_a=q4_K,type_b=f32,n_mats=256,n_used=8,b=1,m=512,n=32,k=2048,.*n_active=8\$
+dense-q6k-8192-n16|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=16,k=2048,
+dense-q6k-8192-n32-narrow|GGML_CUDA_MMQ_NARROW_DENSE_MAX=64|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
+" bash bench/device/stalls.sh ;;
+  3) # the experts' columns in chunks of 8 or 16 (halves where they were int8), with and without the
+     # second step in registers, and the K split forced: test-backend-ops of the routed experts
+     # against the CPU, per-op times, the passes at 8 layers
+     export MODE_idc8="GGML_CUDA_MMQ_NARROW_ID_COLS=8" MODE_idc16="GGML_CUDA_MMQ_NARROW_ID_COLS=16"
+     export MODE_idc8db="GGML_CUDA_MMQ_NARROW_ID_COLS=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1"
+     export MODE_kw1="GGML_CUDA_MMQ_NARROW_KW=1" MODE_kw8="GGML_CUDA_MMQ_NARROW_KW=8"
+     STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU \
+     EVAL_MODES="idc8db idc16" MODES="default idc8 idc8db idc16 kw1 kw8" PERF_S=20 \
+     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,.*n=(16|32|64),' BUDGET_S=300 bash bench/device/run.sh
+     SWEEP="idc8:GGML_CUDA_MMQ_NARROW_ID_COLS=8 idc8db:GGML_CUDA_MMQ_NARROW_ID_COLS=8,GGML_CUDA_MMQ_NARROW_ID_DBUF=1
+            idc16:GGML_CUDA_MMQ_NARROW_ID_COLS=16 kw1:GGML_CUDA_MMQ_NARROW_KW=1" \
+       LAYERS=8 STAGES=build,baseline,clover,sweep BUDGET_S=$(( 560 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
   *) echo "call 1, 2 or 3" >&2; exit 2 ;;
 esac
 rc=$?

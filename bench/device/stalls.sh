@@ -9,7 +9,9 @@
 #                                     `prepare.py --prebuilt build/cuda-local`)
 #
 # Environment (optional): CASES  lines "label|VAR=V ...|op|regex" (the switches of patches 01xx, e.g.
-# GGML_CUDA_MMQ_NARROW=0; "-" for none); WORK (default /tmp/clover-dev), OUT.
+# GGML_CUDA_MMQ_NARROW=0; "-" for none); SOURCE  a kernel-name regex: also the source page of the
+# first kernel of that name in each case, in the mode that profiled (SourceCounters and InstructionStats: instructions executed
+# and warp-stall samples per SASS instruction) as src-<label>.csv; WORK (default /tmp/clover-dev), OUT.
 set -u -o pipefail
 OUT=${OUT:-/tmp/clover-out}; mkdir -p "$OUT"
 WORK=${WORK:-/tmp/clover-dev}
@@ -51,6 +53,15 @@ while IFS='|' read -r label envs op regex; do
     log "$label: nothing profiled in $m mode"; head -c 1500 "$OUT/tbo-$label.log" >> "$OUT/stalls.log"
   done
   grep -c '^"' "$OUT/ncu-$label.csv" | sed "s/^/$label: csv lines /" | tee -a "$OUT/stalls.log"
+  if [ -n "${SOURCE:-}" ]; then
+    timeout 240 env $envs ncu --clock-control none --cache-control all --section SourceCounters --section InstructionStats \
+        --section WarpStateStats -k "regex:$SOURCE" --launch-count 1 -f -o "$OUT/src-$label" \
+        "$TBO" $m -b CUDA0 -o "$op" -p "$regex" > "$OUT/tbo-src-$label.log" 2>&1 \
+      && ncu -i "$OUT/src-$label.ncu-rep" --page source --csv --print-source sass > "$OUT/src-$label.csv" 2> "$OUT/src-$label.err" \
+      || log "$label: source page failed ($(tail -2 "$OUT/tbo-src-$label.log" "$OUT/src-$label.err" 2>/dev/null | tr '\n' ' '))"
+    rm -f "$OUT/src-$label.ncu-rep"
+    log "$label: source page $(wc -l < "$OUT/src-$label.csv" 2>/dev/null) lines"
+  fi
 done <<< "${CASES:-$DEFAULT_CASES}"
 log "done"
 ( cd "$OUT" && tar czf stalls.tgz --exclude=stalls.tgz . )

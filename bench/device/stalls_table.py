@@ -7,6 +7,12 @@ the peak, L2 hit rate, warps active per SM, issue activity, registers, grid and 
 largest warp stall reasons in cycles per issued instruction. A kernel well under the DRAM peak with
 a busy issue slot is bound by its instructions; one with idle issue slots and long-scoreboard stalls
 waits on memory with too few loads in flight.
+
+Then, for each source page in DIR (`src-<case>.csv`, stalls.sh with SOURCE=...), where a kernel's
+instructions go: the warp instructions it executed, the shares of its warp-stall samples by reason
+and by opcode, and by how often an instruction ran. Instructions that ran equally often mostly
+form one loop body, so those classes split the kernel into its per-warp, per-work-item and per-step
+code without line information.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import statistics
 from pathlib import Path
 
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio")
+OPCODE = re.compile(r"(?:@!?U?P\w+\s+)?([A-Z0-9_]+)")
 FIELDS = {
     "us": "gpu__time_duration.sum",
     "dram_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
@@ -96,6 +103,64 @@ def summarize(kernels: list[dict]) -> list[dict]:
     return out
 
 
+def source_page(path: Path) -> dict:
+    """An `ncu --page source --csv --print-source sass` page: the kernel's warp instructions executed
+    and warp-stall samples, by stall reason, by opcode and by execution count (the classes holding the
+    most instructions first)."""
+    rows = list(csv.reader(path.read_text(errors="replace").splitlines()))
+    if len(rows) < 3:
+        return {}
+    # "void k<(ggml_type)12, (int)32, (bool)1>(const char *, ...)" -> "void k<12, 32, 1>"
+    name = rows[0][1] if len(rows[0]) > 1 else "?"
+    kernel = re.sub(r"\((?:ggml_type|int|bool)\)", "", name).split(">(")[0] + (">" if ">(" in name else "")
+    body = [dict(zip(rows[1], r, strict=True)) for r in rows[2:] if len(r) == len(rows[1])]
+    inst = [_num(r.get("Instructions Executed", "")) for r in body]
+    samples = [_num(r.get("Warp Stall Sampling (All Samples)", "")) for r in body]
+    total_i, total_s = sum(inst) or 1.0, sum(samples) or 1.0
+    reasons = [h for h in rows[1] if h.startswith("stall_") and "Not Issued" not in h]
+    stalls = {h.removeprefix("stall_"): sum(_num(r[h]) for r in body) / total_s * 100 for h in reasons}
+    ops: dict[str, list[float]] = {}
+    classes: dict[float, list[float]] = {}
+    for r, i, sm in zip(body, inst, samples, strict=True):
+        m = OPCODE.match(r.get("Source", "").strip())
+        op = ops.setdefault(m.group(1) if m else "?", [0.0, 0.0])
+        op[0] += i / total_i * 100
+        op[1] += sm / total_s * 100
+        c = classes.setdefault(i, [0, 0.0, 0.0])
+        c[0] += 1
+        c[1] += i / total_i * 100
+        c[2] += sm / total_s * 100
+    return {
+        "kernel": kernel,
+        "warp_instructions": sum(inst),
+        "samples": sum(samples),
+        "stalls_pct": dict(sorted(stalls.items(), key=lambda kv: -kv[1])[:6]),
+        "opcodes_pct": {k: v for k, v in sorted(ops.items(), key=lambda kv: -kv[1][0])[:10]},
+        "by_executions": [
+            {"executed": e, "instructions": int(c[0]), "inst_pct": c[1], "samples_pct": c[2]}
+            for e, c in sorted(classes.items(), key=lambda kv: -kv[1][1])[:5]
+            if e > 0
+        ],
+    }
+
+
+def print_source_pages(pages: dict[str, dict]) -> None:
+    columns = ["case", "kernel", "warp instructions (M)", "stall samples %"]
+    columns += ["opcodes: % instructions (% samples)"]
+    columns += ["instructions run N times: count x N = % instructions (% samples)"]
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for case, pg in pages.items():
+        stalls = ", ".join(f"{r} {v:.0f}" for r, v in list(pg["stalls_pct"].items())[:4])
+        ops = ", ".join(f"{o} {v[0]:.0f} ({v[1]:.0f})" for o, v in list(pg["opcodes_pct"].items())[:6])
+        classes = ", ".join(
+            f"{c['instructions']} x {c['executed']:.0f} = {c['inst_pct']:.0f} ({c['samples_pct']:.0f})"
+            for c in pg["by_executions"][:3]
+        )
+        cells = [case, pg["kernel"][:40], f"{pg['warp_instructions'] / 1e6:.1f}", stalls, ops, classes]
+        print("| " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir", type=Path)
@@ -116,8 +181,13 @@ def main() -> None:
                 f"| {s['l2_hit']:.0f} | {s['warps_active_pct']:.0f} | {s['issue_pct']:.0f} | {s['regs']:.0f} "
                 f"| {s['grid']:.0f} x {s['block']:.0f} | {stalls} |"
             )
+    pages = {p.stem.removeprefix("src-"): source_page(p) for p in sorted(args.dir.glob("src-*.csv"))}
+    pages = {case: page for case, page in pages.items() if page}
+    if pages:
+        print()
+        print_source_pages(pages)
     if args.json:
-        args.json.write_text(json.dumps(table, indent=1) + "\n")
+        args.json.write_text(json.dumps({**table, **({"source": pages} if pages else {})}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

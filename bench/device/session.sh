@@ -11,7 +11,7 @@
 #
 # The switches below exist only with the experiment patch
 # bench/device/experiments/0107-CUDA-narrow-kernel-the-next-step-s-weights-in-regist.patch (in the
-# repository's history, see performance.md): it was copied into patches/ for prepare.py and for the
+# repository's history at commit 9840ef2): it was copied into patches/ for prepare.py and for the
 # build of build/cuda-local. Everything it tried lost or tied, so the series does not have it.
 #
 # One build times every variant through GGML_CUDA_MMQ_NARROW_DENSE_V (0: the kernel as landed in

@@ -34,8 +34,9 @@
 #                                    # warm call timed the series and 8-column chunks A, B, A, B:
 #                                    # SWEEP="a:CLOVER_SWEEP_REPEAT=1 idc8:... b:CLOVER_SWEEP_REPEAT=2
 #                                    # idc8b:..." STAGES=build,gen,convert,sweep run.sh)
+#   bash bench/device/session.sh 4   # the expert kernel's K split and grid forced, per op
 set -u
-call=${1:?which call: 1, 2 or 3}
+call=${1:?which call: 1, 2, 3 or 4}
 WORK=${WORK:-/tmp/clover-dev}
 export QUANTS=q4_k_m GEN_LAYERS=8
 export MODE_old="GGML_CUDA_MMQ_NARROW_DENSE_V=0"
@@ -45,6 +46,7 @@ export MODE_n64v1="GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_
 export MODE_iddb="GGML_CUDA_MMQ_NARROW_ID_DBUF=1"
 export MODE_id64db="GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_MAX=64"
 export MODE_e1="$MODE_n64v1 GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16 $MODE_iddb"
+export MODE_kw1="GGML_CUDA_MMQ_NARROW_KW=1" MODE_kw8="GGML_CUDA_MMQ_NARROW_KW=8"
 T0=$(date +%s)
 OUT=${OUT:-/tmp/clover-out}
 case $call in
@@ -71,14 +73,19 @@ dense-q6k-8192-n32-narrow|GGML_CUDA_MMQ_NARROW_DENSE_MAX=64|MUL_MAT_SMALL|type_a
      # against the CPU, per-op times, the passes at 8 layers
      export MODE_idc8="GGML_CUDA_MMQ_NARROW_ID_COLS=8" MODE_idc16="GGML_CUDA_MMQ_NARROW_ID_COLS=16"
      export MODE_idc8db="GGML_CUDA_MMQ_NARROW_ID_COLS=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1"
-     export MODE_kw1="GGML_CUDA_MMQ_NARROW_KW=1" MODE_kw8="GGML_CUDA_MMQ_NARROW_KW=8"
      STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU \
      EVAL_MODES="idc8db idc16" MODES="default idc8 idc8db idc16 kw1 kw8" PERF_S=20 \
      PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,.*n=(16|32|64),' BUDGET_S=300 bash bench/device/run.sh
      SWEEP="idc8:GGML_CUDA_MMQ_NARROW_ID_COLS=8 idc8db:GGML_CUDA_MMQ_NARROW_ID_COLS=8,GGML_CUDA_MMQ_NARROW_ID_DBUF=1
             idc16:GGML_CUDA_MMQ_NARROW_ID_COLS=16 kw1:GGML_CUDA_MMQ_NARROW_KW=1" \
        LAYERS=8 STAGES=build,baseline,clover,sweep BUDGET_S=$(( 560 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
-  *) echo "call 1, 2 or 3" >&2; exit 2 ;;
+  4) # the narrow kernel's K split and CTAs per row block of MUL_MAT_ID forced (switches of the series),
+     # per op only
+     export MODE_grid8="GGML_CUDA_MMQ_NARROW_EXPERT_GRID=8" MODE_grid16="GGML_CUDA_MMQ_NARROW_EXPERT_GRID=16"
+     export MODE_grid256="GGML_CUDA_MMQ_NARROW_EXPERT_GRID=256"
+     STAGES=build,ops OPS_STAGES=perf MODES="default kw1 kw8 grid8 grid16 grid256" PERF_S=18 \
+       PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,.*n=(16|32),' BUDGET_S=225 bash bench/device/run.sh ;;
+  *) echo "call 1, 2, 3 or 4" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

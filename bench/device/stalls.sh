@@ -10,8 +10,9 @@
 #
 # Environment (optional): CASES  lines "label|VAR=V ...|op|regex" (the switches of patches 01xx, e.g.
 # GGML_CUDA_MMQ_NARROW=0; "-" for none); SOURCE  a kernel-name regex: also the source page of the
-# first kernel of that name in each case, in the mode that profiled (SourceCounters and InstructionStats: instructions executed
-# and warp-stall samples per SASS instruction) as src-<label>.csv; WORK (default /tmp/clover-dev), OUT.
+# first kernel of that name in each case, in the mode that profiled (SourceCounters and
+# InstructionStats: instructions executed and warp-stall samples per SASS instruction) as
+# src-<label>.csv; WORK (default /tmp/clover-dev), OUT.
 set -u -o pipefail
 OUT=${OUT:-/tmp/clover-out}; mkdir -p "$OUT"
 WORK=${WORK:-/tmp/clover-dev}

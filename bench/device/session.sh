@@ -1,90 +1,64 @@
 #!/usr/bin/env bash
-# The H200 session of issue 12 as it last ran (2026-12-04 10:06-10:35 UTC: the narrow kernel of patch
-# 0105 with the next step's weights loaded during this one, for dense matmuls of up to 64 columns with
-# the activations staged once wherever they fit, and for experts in column chunks; where its
-# instructions go; docs/performance.md of that date) as calls on one machine,
-# each under the device tool's 10 minutes, with the CUDA libraries built here (prepare.py
-# --prebuilt): a cold machine needs no build. Everything lands in $WORK (/tmp/clover-dev); a second
-# call on the still-warm machine reuses it. What comes back is $OUT/result.json, $OUT/run.log,
+# The H200 session of issue 12 as it last ran (2026-12-04 11:41-12:07 UTC: patch 0107, the narrow
+# kernel's K split of MUL_MAT_ID picked on the device, and 0108, its Q6_K / Q8_0 loads behind one
+# alignment branch per block; docs/performance.md of that date) as calls on one machine, each under
+# the device tool's 10 minutes, with the CUDA libraries built here (prepare.py --prebuilt): a cold
+# machine needs no build. Everything lands in $WORK (/tmp/clover-dev); a later call on the
+# still-warm machine reuses it. What comes back is $OUT/result.json, $OUT/run.log,
 # $OUT/kernels.json and $OUT/all.tgz (the rest: op logs, stderr, notes), since the tool returns at
 # most 8 files.
 #
-# The switches below exist only with the experiment patch
-# bench/device/experiments/0107-CUDA-narrow-kernel-the-next-step-s-weights-in-regist.patch (in the
-# repository's history at commit 9840ef2): it was copied into patches/ for prepare.py and for the
-# build of build/cuda-local. Everything it tried lost or tied, so the series does not have it.
+# One build times before and after: "kwfix" is GGML_CUDA_MMQ_NARROW_KW=-1 (0105's fixed K split,
+# the series before 0107); "oldl" is GGML_CUDA_MMQ_NARROW_OLD_LOADS=1, a switch of the experiment
+# patch bench/device/experiments/0109-EXPERIMENT-narrow-MMQ-0105-s-Q6_K-Q8_0-loads.patch (copied
+# into patches/ for prepare.py and the build of build/cuda-local; not in the series): 0105's loads,
+# the series before 0108; "before" is both, the series before this session; "kw1" one warp per 16
+# rows over the whole K everywhere.
 #
-# One build times every variant through GGML_CUDA_MMQ_NARROW_DENSE_V (0: the kernel as landed in
-# 0105, 2: the activations staged once where they fit, 1 (default): that and the second step in
-# registers) and GGML_CUDA_MMQ_NARROW_DENSE_MAX (16 as landed: MMQ above; 32 or 64: the narrow
-# kernel up to there); GGML_CUDA_MMQ_NARROW_ID_DBUF=1 loads the second step during the first in its
-# MUL_MAT_ID too ("iddb"; "id64db" with the narrow kernel up to 64 tokens). "old" is the series as
-# it landed.
-#
-#   bash bench/device/session.sh 1   # 8 layers: test-backend-ops of MUL_MAT_SMALL, MUL_MAT_ID_SMALL and
-#                                    # upstream's MUL_MAT of 9-64 columns against the CPU with the narrow
-#                                    # kernel on every dense matmul of 9-64 columns (DENSE_MIN_ROWS=16)
-#                                    # and ID_DBUF=1; per-op times of the projections in every mode;
-#                                    # upstream's step; the passes in every mode
-#   bash bench/device/session.sh 2   # Nsight Compute's source page of the narrow kernel (stalls.sh
-#                                    # SOURCE=...): three expert cases, two dense ones
-#   bash bench/device/session.sh 3   # the experts in 8- and 16-column chunks, the K split forced:
-#                                    # test-backend-ops against the CPU, per-op times, 8 layers
-#                                    # (as run, the checks took the time of the per-op stage; a last
-#                                    # warm call timed the series and 8-column chunks A, B, A, B:
-#                                    # SWEEP="a:CLOVER_SWEEP_REPEAT=1 idc8:... b:CLOVER_SWEEP_REPEAT=2
-#                                    # idc8b:..." STAGES=build,gen,convert,sweep run.sh)
-#   bash bench/device/session.sh 4   # the expert kernel's K split and grid forced, per op
+#   bash bench/device/session.sh 1   # 8 layers: test-backend-ops of MUL_MAT_ID_SMALL(_GLU) and
+#                                    # MUL_MAT_SMALL against the CPU (the K split as the kernel picks
+#                                    # it); per-op times in every mode; upstream's step; the passes
+#                                    # before and after
+#   bash bench/device/session.sh 2   # the passes again A, B, A, B, and with the K split aiming
+#                                    # at 132 units (one per SM) instead of 264 ("u132"); test-backend-ops
+#                                    # with the K split forced to 1 (every op on the direct write of the sums)
+#   bash bench/device/session.sh 3   # the real 40-layer shapes: upstream's step, the passes
+#                                    # and loop simulations before and after
+#   bash bench/device/session.sh 4   # the K split aiming at 132 units against 264: per op, and the
+#                                    # 40-layer passes A, B, A, B
 set -u
 call=${1:?which call: 1, 2, 3 or 4}
 WORK=${WORK:-/tmp/clover-dev}
 export QUANTS=q4_k_m GEN_LAYERS=8
-export MODE_old="GGML_CUDA_MMQ_NARROW_DENSE_V=0"
-export MODE_n64v0="GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_V=0"
-export MODE_n64v2="GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_V=2"
-export MODE_n64v1="GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_V=1"
-export MODE_iddb="GGML_CUDA_MMQ_NARROW_ID_DBUF=1"
-export MODE_id64db="GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_MAX=64"
-export MODE_e1="$MODE_n64v1 GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16 $MODE_iddb"
-export MODE_kw1="GGML_CUDA_MMQ_NARROW_KW=1" MODE_kw8="GGML_CUDA_MMQ_NARROW_KW=8"
+BEFORE="GGML_CUDA_MMQ_NARROW_KW=-1,GGML_CUDA_MMQ_NARROW_OLD_LOADS=1"
+export MODE_kwfix="GGML_CUDA_MMQ_NARROW_KW=-1" MODE_oldl="GGML_CUDA_MMQ_NARROW_OLD_LOADS=1"
+export MODE_before="${BEFORE/,/ }" MODE_kw1="GGML_CUDA_MMQ_NARROW_KW=1"
 T0=$(date +%s)
 OUT=${OUT:-/tmp/clover-out}
 case $call in
-  1) STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_OPS=MUL_MAT_SMALL,MUL_MAT,MUL_MAT_ID_SMALL \
-     EVAL_MODES="e1" EVAL_FILTER='type_a=(q4_K|q5_K|q6_K|q8_0),.*,n=(9|[1-5][0-9]|6[0-4]),' \
-     MODES="old n64v0 n64v2 n64v1 default iddb id64db" PERF_S=20 PERF_FILTER='type_a=(q4_K|q6_K),.*,m=(8192|2048|512),n=(16|24|32|64),' \
-     BUDGET_S=330 bash bench/device/run.sh
-     SWEEP="n64:GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 iddb:GGML_CUDA_MMQ_NARROW_ID_DBUF=1 old:GGML_CUDA_MMQ_NARROW_DENSE_V=0
-            n32:GGML_CUDA_MMQ_NARROW_DENSE_MAX=32 n64iddb:GGML_CUDA_MMQ_NARROW_DENSE_MAX=64,GGML_CUDA_MMQ_NARROW_ID_DBUF=1
-            id64db:GGML_CUDA_MMQ_NARROW_ID_DBUF=1,GGML_CUDA_MMQ_NARROW_ID_MAX=64" \
-       LAYERS=8 STAGES=build,baseline,clover,sweep BUDGET_S=$(( 560 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
-  2) # where the narrow kernel's instructions and stalls go, per SASS instruction (Nsight's source page);
-     # (run as stalls.sh alone, the tool's limit of 8 files left the experts' pages behind and a second
-     # call fetched them; through this script they come back in all.tgz)
-     SOURCE=mul_mat_q_narrow CASES="
-experts-q4k-256|-|MUL_MAT_ID_SMALL|type_a=q4_K,type_b=f32,n_mats=256,n_used=8,b=1,m=512,n=32,k=2048,.*n_active=256\$
-experts-q6k-256|-|MUL_MAT_ID_SMALL|type_a=q6_K,type_b=f32,n_mats=256,n_used=8,b=0,m=2048,n=32,k=512,.*n_active=256\$
-experts-q4k-8|-|MUL_MAT_ID_SMALL|type_a=q4_K,type_b=f32,n_mats=256,n_used=8,b=1,m=512,n=32,k=2048,.*n_active=8\$
-dense-q6k-8192-n16|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=16,k=2048,
-dense-q6k-8192-n32-narrow|GGML_CUDA_MMQ_NARROW_DENSE_MAX=64|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
-" bash bench/device/stalls.sh ;;
-  3) # the experts' columns in chunks of 8 or 16 (halves where they were int8), with and without the
-     # second step in registers, and the K split forced: test-backend-ops of the routed experts
-     # against the CPU, per-op times, the passes at 8 layers
-     export MODE_idc8="GGML_CUDA_MMQ_NARROW_ID_COLS=8" MODE_idc16="GGML_CUDA_MMQ_NARROW_ID_COLS=16"
-     export MODE_idc8db="GGML_CUDA_MMQ_NARROW_ID_COLS=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1"
-     STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU \
-     EVAL_MODES="idc8db idc16" MODES="default idc8 idc8db idc16 kw1 kw8" PERF_S=20 \
-     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,.*n=(16|32|64),' BUDGET_S=300 bash bench/device/run.sh
-     SWEEP="idc8:GGML_CUDA_MMQ_NARROW_ID_COLS=8 idc8db:GGML_CUDA_MMQ_NARROW_ID_COLS=8,GGML_CUDA_MMQ_NARROW_ID_DBUF=1
-            idc16:GGML_CUDA_MMQ_NARROW_ID_COLS=16 kw1:GGML_CUDA_MMQ_NARROW_KW=1" \
-       LAYERS=8 STAGES=build,baseline,clover,sweep BUDGET_S=$(( 560 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
-  4) # the narrow kernel's K split and CTAs per row block of MUL_MAT_ID forced (switches of the series),
-     # per op only
-     export MODE_grid8="GGML_CUDA_MMQ_NARROW_EXPERT_GRID=8" MODE_grid16="GGML_CUDA_MMQ_NARROW_EXPERT_GRID=16"
-     export MODE_grid256="GGML_CUDA_MMQ_NARROW_EXPERT_GRID=256"
-     STAGES=build,ops OPS_STAGES=perf MODES="default kw1 kw8 grid8 grid16 grid256" PERF_S=18 \
-       PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,.*n=(16|32),' BUDGET_S=225 bash bench/device/run.sh ;;
+  1) STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval,perf EVAL_WIDE=0 \
+     EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU,MUL_MAT_SMALL EVAL_MODES=default \
+     EVAL_FILTER='type_a=(q4_K|q5_K|q6_K|q8_0),' MODES="before kwfix oldl default kw1" PERF_S=25 \
+     PERF_FILTER='type_a=(q4_K|q6_K|q8_0),type_b=f32,(n_mats=256,.*n=(16|32)|m=[0-9]+,n=16),' \
+     BUDGET_S=430 bash bench/device/run.sh
+     SWEEP="before:$BEFORE" LAYERS=8 STAGES=build,baseline,clover,sweep \
+       BUDGET_S=$(( 565 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
+  2) SWEEP="a:CLOVER_SWEEP_REPEAT=1 beforeb:$BEFORE,CLOVER_SWEEP_REPEAT=2 b:CLOVER_SWEEP_REPEAT=2
+            u132:GGML_CUDA_MMQ_NARROW_ID_UNITS=132 kwfix:GGML_CUDA_MMQ_NARROW_KW=-1 oldl:GGML_CUDA_MMQ_NARROW_OLD_LOADS=1
+            u132b:GGML_CUDA_MMQ_NARROW_ID_UNITS=132,CLOVER_SWEEP_REPEAT=2" \
+       LAYERS=8 STAGES=build,gen,convert,sweep BUDGET_S=390 bash bench/device/run.sh
+     STAGES=build,ops OPS_STAGES=eval EVAL_WIDE=0 EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_MODES=kw1 \
+       EVAL_FILTER='type_a=(q4_K|q5_K|q6_K|q8_0),' BUDGET_S=$(( 565 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
+  3) SWEEP="before:$BEFORE" LAYERS=40 SWEEP_FULL=1 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=560 \
+       bash bench/device/run.sh ;;
+  4) # the units the K split aims at: 132 (one per SM) against the default 264 (two per SM), per op
+     # with the split forced to 2 and 4 beside them, and the 40-layer passes A, B, A, B
+     export MODE_u132="GGML_CUDA_MMQ_NARROW_ID_UNITS=132" MODE_kw2="GGML_CUDA_MMQ_NARROW_KW=2"
+     STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=perf MODES="kwfix kw2 u132 default" PERF_S=18 \
+       PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,.*n=(16|32),' BUDGET_S=250 bash bench/device/run.sh
+     SWEEP="u132:GGML_CUDA_MMQ_NARROW_ID_UNITS=132 a:CLOVER_SWEEP_REPEAT=1
+            u132b:GGML_CUDA_MMQ_NARROW_ID_UNITS=132,CLOVER_SWEEP_REPEAT=2 b:CLOVER_SWEEP_REPEAT=2" \
+       LAYERS=40 STAGES=build,sweep BUDGET_S=$(( 540 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
   *) echo "call 1, 2, 3 or 4" >&2; exit 2 ;;
 esac
 rc=$?

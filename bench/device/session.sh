@@ -10,9 +10,9 @@
 #
 # One build times before and after: "kwfix" is GGML_CUDA_MMQ_NARROW_KW=-1 (0105's fixed K split,
 # the series before 0107); "oldl" is GGML_CUDA_MMQ_NARROW_OLD_LOADS=1, a switch of the experiment
-# patch bench/device/experiments/0109-EXPERIMENT-narrow-MMQ-0105-s-Q6_K-Q8_0-loads.patch (copied
-# into patches/ for prepare.py and the build of build/cuda-local; not in the series): 0105's loads,
-# the series before 0108; "before" is both, the series before this session; "kw1" one warp per 16
+# patch bench/device/experiments/0109-EXPERIMENT-narrow-MMQ-0105-s-Q6_K-Q8_0-loads.patch (in the
+# repository at commit 7275970; copied into patches/ for prepare.py and the build of
+# build/cuda-local; not in the series): 0105's loads, the series before 0108; "before" is both, the series before this session; "kw1" one warp per 16
 # rows over the whole K everywhere.
 #
 #   bash bench/device/session.sh 1   # 8 layers: test-backend-ops of MUL_MAT_ID_SMALL(_GLU) and

@@ -26,8 +26,10 @@
 #                                    # and loop simulations before and after
 #   bash bench/device/session.sh 4   # the K split aiming at 132 units against 264: per op, and the
 #                                    # 40-layer passes A, B, A, B
+#   bash bench/device/session.sh 5   # the landed series: Nsight's source page of the narrow kernel,
+#                                    # three expert cases (stalls.sh SOURCE=...)
 set -u
-call=${1:?which call: 1, 2, 3 or 4}
+call=${1:?which call: 1, 2, 3, 4 or 5}
 WORK=${WORK:-/tmp/clover-dev}
 export QUANTS=q4_k_m GEN_LAYERS=8
 BEFORE="GGML_CUDA_MMQ_NARROW_KW=-1,GGML_CUDA_MMQ_NARROW_OLD_LOADS=1"
@@ -59,11 +61,19 @@ case $call in
      SWEEP="u132:GGML_CUDA_MMQ_NARROW_ID_UNITS=132 a:CLOVER_SWEEP_REPEAT=1
             u132b:GGML_CUDA_MMQ_NARROW_ID_UNITS=132,CLOVER_SWEEP_REPEAT=2 b:CLOVER_SWEEP_REPEAT=2" \
        LAYERS=40 STAGES=build,sweep BUDGET_S=$(( 540 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
-  *) echo "call 1, 2, 3 or 4" >&2; exit 2 ;;
+  5) # (the landed series, no experiment) Nsight Compute's source page of the narrow kernel: the
+     # gate at 32 tokens over 256 experts (a K split of 1 now) and on a coreset of 8 (8), the Q6_K down
+     SOURCE=mul_mat_q_narrow CASES="
+experts-q4k-256|-|MUL_MAT_ID_SMALL|type_a=q4_K,type_b=f32,n_mats=256,n_used=8,b=1,m=512,n=32,k=2048,.*n_active=256\$
+experts-q4k-8|-|MUL_MAT_ID_SMALL|type_a=q4_K,type_b=f32,n_mats=256,n_used=8,b=1,m=512,n=32,k=2048,.*n_active=8\$
+experts-q6k-256|-|MUL_MAT_ID_SMALL|type_a=q6_K,type_b=f32,n_mats=256,n_used=8,b=0,m=2048,n=32,k=512,.*n_active=256\$
+" bash bench/device/stalls.sh ;;
+  *) echo "call 1, 2, 3, 4 or 5" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null
-( cd "$OUT" && tar czf all.tgz --exclude=all.tgz --exclude=result.json --exclude=run.log --exclude=kernels.json . 2>/dev/null \
-    && find . -mindepth 1 -type f ! -name all.tgz ! -name result.json ! -name run.log ! -name kernels.json -delete \
+# (the archive written beside $OUT, then moved in: a tar of a folder it writes into exits 1)
+( cd "$OUT" && tar czf "$OUT.all.tgz" --exclude=all.tgz --exclude=result.json --exclude=run.log --exclude=kernels.json . \
+    && mv "$OUT.all.tgz" all.tgz && find . -mindepth 1 -type f ! -name all.tgz ! -name result.json ! -name run.log ! -name kernels.json -delete \
     && find . -mindepth 1 -type d -empty -delete )
 exit $rc

@@ -65,4 +65,5 @@ while IFS='|' read -r label envs op regex; do
   fi
 done <<< "${CASES:-$DEFAULT_CASES}"
 log "done"
-( cd "$OUT" && tar czf stalls.tgz --exclude=stalls.tgz . )
+# written beside $OUT, then moved in: a tar of a folder it writes into reports "file changed" (exit 1)
+tar czf "$OUT.stalls.tgz" -C "$OUT" --exclude=stalls.tgz . && mv "$OUT.stalls.tgz" "$OUT/stalls.tgz"

@@ -87,3 +87,18 @@ def test_a_mode_of_its_own_follows_the_known_ones(tmp_path: Path, capsys) -> Non
     assert res["modes"][-1] == "kw8" and res["ops"][0]["kw8_us"] == 10.0
     assert res["passes"]["kw8"]["preview_ms"] == 3.0
     assert "default      kw8" in capsys.readouterr().out
+
+
+def test_a_fused_gate_up_glu_case_reads_as_two_expert_matrices(tmp_path: Path) -> None:
+    # test_mul_mat_vec_fusion's names: m tokens, n rows of each of the two matrices
+    glu = (
+        "MUL_MAT_ID_SMALL_GLU(type=q4_K,glu_op=SWIGLU,m=32,n=512,k=2048,use_id=1,n_mats=256,n_used=8,"
+        "b=1,with_bias=0,with_gate=1,with_lane_scale=0,batch_dims=[1,1])"
+    )
+    (tmp_path / "tbo-perf-default.log").write_text(f"  {glu}: \x1b[1;32m  900 runs -   61.50 us/run\x1b[0m\n")
+    assert kernels_table.main([str(tmp_path), "--out", str(tmp_path / "kernels.json")]) == 0
+
+    (row,) = json.loads((tmp_path / "kernels.json").read_text())["ops"]
+    assert row["short"] == "glu q4_K 2x512x2048 e=256/256 n=32" and row["default_us"] == 61.5
+    touched = 256 * (1 - (1 - 8 / 256) ** 32)  # experts hit by 32 tokens of 8 picks
+    assert abs(row["floor_us"] - 2 * touched * 512 * 2048 * 144 / 256 / 4.8e12 * 1e6) < 1e-6

@@ -209,7 +209,7 @@ if [ -x "$TBO" ]; then
   if want perf; then
     for mode in $MODES; do
       if (( $(left) < PERF_S + 10 )); then skip "perf-$mode" "too little time left ($(left) s)"; continue; fi
-      tbo perf-$mode "$PERF_S" $(mode_env $mode) "$TBO" perf -b $BACKEND -o "$OPS" ${PERF_FILTER:+-p "$PERF_FILTER"}
+      tbo perf-$mode "$PERF_S" $(mode_env $mode) "$TBO" perf -b $BACKEND -o "$OPS,MUL_MAT_ID_SMALL_GLU" ${PERF_FILTER:+-p "$PERF_FILTER"}
     done
   fi
 else

@@ -57,8 +57,16 @@ def parse_vars(text: str) -> dict[str, str]:
     return out
 
 
+def glu_vars(v: dict[str, str]) -> dict[str, str]:
+    """A gate + up + GLU case (`test_mul_mat_vec_fusion`: m tokens, n rows) in MUL_MAT_ID's names."""
+    return {**v, "type_a": v["type"], "m": v["n"], "n": v["m"]}
+
+
 def byte_floor_us(op: str, v: dict[str, str]) -> float | None:
     """Microseconds to read the weights the op must touch once at HBM bandwidth."""
+    matrices = 2 if op == "MUL_MAT_ID_SMALL_GLU" else 1
+    if matrices == 2:
+        v = glu_vars(v)
     bpw = BYTES_PER_WEIGHT.get(v.get("type_a", ""))
     if bpw is None:
         return None
@@ -67,7 +75,7 @@ def byte_floor_us(op: str, v: dict[str, str]) -> float | None:
         return m * k * bpw / HBM_BYTES_PER_S * 1e6
     pool, used = int(v.get("n_active", v["n_mats"])), int(v["n_used"])
     touched = pool * (1 - (1 - used / pool) ** n)  # expected experts hit by n rows of `used` distinct picks
-    return touched * m * k * bpw / HBM_BYTES_PER_S * 1e6
+    return matrices * touched * m * k * bpw / HBM_BYTES_PER_S * 1e6
 
 
 def read_log(path: Path) -> dict[str, dict]:
@@ -91,6 +99,9 @@ def read_log(path: Path) -> dict[str, dict]:
 def short(op: str, v: dict[str, str]) -> str:
     if op == "MUL_MAT_SMALL":
         return f"mm {v['type_a']} {v['m']}x{v['k']} n={v['n']}"
+    if op == "MUL_MAT_ID_SMALL_GLU":
+        g = glu_vars(v)
+        return f"glu {g['type_a']} 2x{g['m']}x{g['k']} e={g['n_mats']}/{g['n_mats']} n={g['n']}"
     pool = v.get("n_active", v["n_mats"])
     return f"mmid {v['type_a']} {v['m']}x{v['k']} e={pool}/{v['n_mats']} n={v['n']}"
 

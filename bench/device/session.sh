@@ -10,7 +10,7 @@
 #
 # Calls 1-2 ran a build of the series up to 0110 plus the experiment patch
 # bench/device/experiments/0112-EXPERIMENT-narrow-MMQ-0108-s-staging-loop.patch (in the repository
-# at the commit that added this recipe; it applies on 0110, not on 0111): "oldst" is its switch
+# at commit ede9305 only; it applies on 0110, not on 0111): "oldst" is its switch
 # GGML_CUDA_MMQ_NARROW_OLD_STAGING=1, 0108's staging loop (the series before 0109); "q8k0" is
 # GGML_CUDA_MMQ_NARROW_Q8K=0 (the int8 variant without 0110); "before" is both, the series before
 # this session; "i8" is GGML_CUDA_MMQ_NARROW_F16=0, the int8 variant wherever the narrow kernel runs

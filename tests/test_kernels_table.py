@@ -102,3 +102,16 @@ def test_a_fused_gate_up_glu_case_reads_as_two_expert_matrices(tmp_path: Path) -
     assert row["short"] == "glu q4_K 2x512x2048 e=256/256 n=32" and row["default_us"] == 61.5
     touched = 256 * (1 - (1 - 8 / 256) ** 32)  # experts hit by 32 tokens of 8 picks
     assert abs(row["floor_us"] - 2 * touched * 512 * 2048 * 144 / 256 / 4.8e12 * 1e6) < 1e-6
+
+
+def test_a_dense_gate_up_glu_case_reads_as_two_matrices(tmp_path: Path) -> None:
+    glu = (
+        "MUL_MAT_SMALL_GLU(type=q6_K,glu_op=SWIGLU,m=32,n=512,k=2048,use_id=0,n_mats=1,n_used=1,"
+        "b=0,with_bias=0,with_gate=1,with_lane_scale=0,batch_dims=[1,1])"
+    )
+    (tmp_path / "tbo-perf-default.log").write_text(f"  {glu}: \x1b[1;32m  9000 runs -   9.25 us/run\x1b[0m\n")
+    assert kernels_table.main([str(tmp_path), "--out", str(tmp_path / "kernels.json")]) == 0
+
+    (row,) = json.loads((tmp_path / "kernels.json").read_text())["ops"]
+    assert row["short"] == "glu q6_K 2x512x2048 n=32" and row["default_us"] == 9.25
+    assert abs(row["floor_us"] - 2 * 512 * 2048 * 210 / 256 / 4.8e12 * 1e6) < 1e-6

@@ -35,7 +35,7 @@
 #   MODES     the perf stage's modes, in order (default "legacy nosmall default"); with narrowall among
 #             MODES or PASS_MODES the eval stage also checks the narrow kernel at 1-8 columns
 #   EVAL_MODES  the modes whose paths the eval stage checks (default "default"; e.g. a MODE_<tag>)
-#   EVAL_OPS   the ops the eval stage checks (default MUL_MAT_ID_SMALL,MUL_MAT_SMALL,MUL_MAT_ID_SMALL_GLU;
+#   EVAL_OPS   the ops the eval stage checks (default MUL_MAT_ID_SMALL,MUL_MAT_SMALL,MUL_MAT_ID_SMALL_GLU,MUL_MAT_SMALL_GLU;
 #             e.g. add upstream's MUL_MAT,MUL_MAT_ID for a change to every MMQ launch; on the H200
 #             MUL_MAT_ID_SMALL with MUL_MAT_ID_SMALL_GLU, 692 cases, take about 150 s a mode, the
 #             dense and 9-64-column cases of MUL_MAT_SMALL, MUL_MAT and MUL_MAT_ID_SMALL about 45 s)
@@ -174,6 +174,7 @@ fi
 # ---- test-backend-ops: correctness against the CPU, then per-op timings -------------------------
 LOGS="$WORK/logs"; mkdir -p "$LOGS"  # this build's logs, of every call
 OPS="MUL_MAT_ID_SMALL,MUL_MAT_SMALL"
+GLU_OPS="MUL_MAT_ID_SMALL_GLU,MUL_MAT_SMALL_GLU" # gate + up + GLU: whole graphs, as the fusion sees them
 WIDE=(GGML_CUDA_MMVQ_MAX_COLS=64 GGML_CUDA_MMQ_TILE_PER_EXPERT_MAX_BATCH=512)
 tbo() {  # $1 log name, $2 seconds allowed, then env assignments and test-backend-ops arguments
   local name=$1 limit=$2; shift 2
@@ -198,7 +199,7 @@ tbo() {  # $1 log name, $2 seconds allowed, then env assignments and test-backen
 if [ -x "$TBO" ]; then
   if want eval; then
     for mode in $EVAL_MODES; do
-      tbo eval-$mode 240 $(mode_env $mode) "$TBO" test -b $BACKEND -o "${EVAL_OPS:-$OPS,MUL_MAT_ID_SMALL_GLU}" ${EVAL_FILTER:+-p "$EVAL_FILTER"}
+      tbo eval-$mode 240 $(mode_env $mode) "$TBO" test -b $BACKEND -o "${EVAL_OPS:-$OPS,$GLU_OPS}" ${EVAL_FILTER:+-p "$EVAL_FILTER"}
     done
     [[ " $MODES $PASS_MODES " == *" narrowall "* ]] && tbo eval-narrowall 120 $(mode_env narrowall) "$TBO" test -b $BACKEND \
         -o "$OPS" -p "${EVAL_FILTER:+$EVAL_FILTER.*}n=[1-8],"
@@ -209,7 +210,7 @@ if [ -x "$TBO" ]; then
   if want perf; then
     for mode in $MODES; do
       if (( $(left) < PERF_S + 10 )); then skip "perf-$mode" "too little time left ($(left) s)"; continue; fi
-      tbo perf-$mode "$PERF_S" $(mode_env $mode) "$TBO" perf -b $BACKEND -o "$OPS,MUL_MAT_ID_SMALL_GLU" ${PERF_FILTER:+-p "$PERF_FILTER"}
+      tbo perf-$mode "$PERF_S" $(mode_env $mode) "$TBO" perf -b $BACKEND -o "$OPS,$GLU_OPS" ${PERF_FILTER:+-p "$PERF_FILTER"}
     done
   fi
 else

@@ -57,22 +57,25 @@ def parse_vars(text: str) -> dict[str, str]:
     return out
 
 
+GLU_OPS = ("MUL_MAT_ID_SMALL_GLU", "MUL_MAT_SMALL_GLU")
+
+
 def glu_vars(v: dict[str, str]) -> dict[str, str]:
-    """A gate + up + GLU case (`test_mul_mat_vec_fusion`: m tokens, n rows) in MUL_MAT_ID's names."""
+    """A gate + up + GLU case (`test_mul_mat_vec_fusion`: m tokens, n rows) in the matmuls' names."""
     return {**v, "type_a": v["type"], "m": v["n"], "n": v["m"]}
 
 
 def byte_floor_us(op: str, v: dict[str, str]) -> float | None:
     """Microseconds to read the weights the op must touch once at HBM bandwidth."""
-    matrices = 2 if op == "MUL_MAT_ID_SMALL_GLU" else 1
+    matrices = 2 if op in GLU_OPS else 1
     if matrices == 2:
         v = glu_vars(v)
     bpw = BYTES_PER_WEIGHT.get(v.get("type_a", ""))
     if bpw is None:
         return None
     m, n, k = int(v["m"]), int(v["n"]), int(v["k"])
-    if op == "MUL_MAT_SMALL":
-        return m * k * bpw / HBM_BYTES_PER_S * 1e6
+    if op in ("MUL_MAT_SMALL", "MUL_MAT_SMALL_GLU"):
+        return matrices * m * k * bpw / HBM_BYTES_PER_S * 1e6
     pool, used = int(v.get("n_active", v["n_mats"])), int(v["n_used"])
     touched = pool * (1 - (1 - used / pool) ** n)  # expected experts hit by n rows of `used` distinct picks
     return matrices * touched * m * k * bpw / HBM_BYTES_PER_S * 1e6
@@ -99,9 +102,10 @@ def read_log(path: Path) -> dict[str, dict]:
 def short(op: str, v: dict[str, str]) -> str:
     if op == "MUL_MAT_SMALL":
         return f"mm {v['type_a']} {v['m']}x{v['k']} n={v['n']}"
-    if op == "MUL_MAT_ID_SMALL_GLU":
+    if op in GLU_OPS:
         g = glu_vars(v)
-        return f"glu {g['type_a']} 2x{g['m']}x{g['k']} e={g['n_mats']}/{g['n_mats']} n={g['n']}"
+        experts = f" e={g['n_mats']}/{g['n_mats']}" if op == "MUL_MAT_ID_SMALL_GLU" else ""
+        return f"glu {g['type_a']} 2x{g['m']}x{g['k']}{experts} n={g['n']}"
     pool = v.get("n_active", v["n_mats"])
     return f"mmid {v['type_a']} {v['m']}x{v['k']} e={pool}/{v['n_mats']} n={v['n']}"
 

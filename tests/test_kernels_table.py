@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("kernels_table", ROOT / "bench/device/kernels_table.py")
 kernels_table = importlib.util.module_from_spec(_spec)
@@ -89,29 +91,37 @@ def test_a_mode_of_its_own_follows_the_known_ones(tmp_path: Path, capsys) -> Non
     assert "default      kw8" in capsys.readouterr().out
 
 
-def test_a_fused_gate_up_glu_case_reads_as_two_expert_matrices(tmp_path: Path) -> None:
-    # test_mul_mat_vec_fusion's names: m tokens, n rows of each of the two matrices
-    glu = (
-        "MUL_MAT_ID_SMALL_GLU(type=q4_K,glu_op=SWIGLU,m=32,n=512,k=2048,use_id=1,n_mats=256,n_used=8,"
-        "b=1,with_bias=0,with_gate=1,with_lane_scale=0,batch_dims=[1,1])"
+# test_mul_mat_vec_fusion's names: m tokens, n rows of each of the two matrices
+GLU_VARS = (
+    "glu_op=SWIGLU,m=32,n=512,k=2048,use_id={id},n_mats={mats},n_used={used},b={id},"
+    "with_bias=0,with_gate=1,with_lane_scale=0,batch_dims=[1,1]"
+)
+TOUCHED = 256 * (1 - (1 - 8 / 256) ** 32)  # experts hit by 32 tokens of 8 picks
+
+
+@pytest.mark.parametrize(
+    ("case", "short", "weights"),
+    [
+        (
+            "MUL_MAT_ID_SMALL_GLU(type=q4_K," + GLU_VARS.format(id=1, mats=256, used=8) + ")",
+            "glu q4_K 2x512x2048 e=256/256 n=32",
+            2 * TOUCHED * 512 * 2048 * 144 / 256,
+        ),
+        (
+            "MUL_MAT_SMALL_GLU(type=q6_K," + GLU_VARS.format(id=0, mats=1, used=1) + ")",
+            "glu q6_K 2x512x2048 n=32",
+            2 * 512 * 2048 * 210 / 256,
+        ),
+    ],
+)
+def test_a_gate_up_glu_case_reads_as_two_matrices(
+    tmp_path: Path, case: str, short: str, weights: float
+) -> None:
+    (tmp_path / "tbo-perf-default.log").write_text(
+        f"  {case}: \x1b[1;32m  900 runs -   61.50 us/run\x1b[0m\n"
     )
-    (tmp_path / "tbo-perf-default.log").write_text(f"  {glu}: \x1b[1;32m  900 runs -   61.50 us/run\x1b[0m\n")
     assert kernels_table.main([str(tmp_path), "--out", str(tmp_path / "kernels.json")]) == 0
 
     (row,) = json.loads((tmp_path / "kernels.json").read_text())["ops"]
-    assert row["short"] == "glu q4_K 2x512x2048 e=256/256 n=32" and row["default_us"] == 61.5
-    touched = 256 * (1 - (1 - 8 / 256) ** 32)  # experts hit by 32 tokens of 8 picks
-    assert abs(row["floor_us"] - 2 * touched * 512 * 2048 * 144 / 256 / 4.8e12 * 1e6) < 1e-6
-
-
-def test_a_dense_gate_up_glu_case_reads_as_two_matrices(tmp_path: Path) -> None:
-    glu = (
-        "MUL_MAT_SMALL_GLU(type=q6_K,glu_op=SWIGLU,m=32,n=512,k=2048,use_id=0,n_mats=1,n_used=1,"
-        "b=0,with_bias=0,with_gate=1,with_lane_scale=0,batch_dims=[1,1])"
-    )
-    (tmp_path / "tbo-perf-default.log").write_text(f"  {glu}: \x1b[1;32m  9000 runs -   9.25 us/run\x1b[0m\n")
-    assert kernels_table.main([str(tmp_path), "--out", str(tmp_path / "kernels.json")]) == 0
-
-    (row,) = json.loads((tmp_path / "kernels.json").read_text())["ops"]
-    assert row["short"] == "glu q6_K 2x512x2048 n=32" and row["default_us"] == 9.25
-    assert abs(row["floor_us"] - 2 * 512 * 2048 * 210 / 256 / 4.8e12 * 1e6) < 1e-6
+    assert row["short"] == short and row["default_us"] == 61.5
+    assert abs(row["floor_us"] - weights / 4.8e12 * 1e6) < 1e-6

@@ -67,9 +67,8 @@ def glu_vars(v: dict[str, str]) -> dict[str, str]:
 
 def byte_floor_us(op: str, v: dict[str, str]) -> float | None:
     """Microseconds to read the weights the op must touch once at HBM bandwidth."""
-    matrices = 2 if op in GLU_OPS else 1
-    if matrices == 2:
-        v = glu_vars(v)
+    matrices = 2 if op in GLU_OPS else 1  # a GLU case reads the gate and the up projection
+    v = glu_vars(v) if matrices == 2 else v
     bpw = BYTES_PER_WEIGHT.get(v.get("type_a", ""))
     if bpw is None:
         return None

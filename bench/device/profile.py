@@ -179,6 +179,9 @@ KINDS = [  # (kind, regex on the kernel name), first match wins
 ]
 
 
+TOP_KERNELS = 40  # kernels by name in a summary: enough to see a pass's small kernels too
+
+
 def summarize(paths: list[Path]) -> dict:
     out = {}
     for p in paths:
@@ -201,7 +204,7 @@ def summarize(paths: list[Path]) -> dict:
             },
             "top_kernels_us": {
                 k: {"n": len(v), "us": round(sum(v), 1)}
-                for k, v in sorted(names.items(), key=lambda kv: -sum(kv[1]))[:12]
+                for k, v in sorted(names.items(), key=lambda kv: -sum(kv[1]))[:TOP_KERNELS]
             },
         }
     return out

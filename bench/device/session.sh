@@ -1,68 +1,81 @@
 #!/usr/bin/env bash
-# The H200 session of issue 12 as it last ran (2026-12-04 13:26-13:59 UTC: patch 0109, the narrow
-# kernel's activations staged a warp per column; 0110, its int8 variant of the K-quants summing in
-# integers per step over activations scaled per 256 values; 0111, the experts' gate, up and GLU in
-# one launch; docs/performance.md of that date) as calls on one machine, each under the device
-# tool's 10 minutes, with the CUDA libraries built here (prepare.py --prebuilt): a cold machine needs
-# no build. Everything lands in $WORK (/tmp/clover-dev); a later call on the still-warm machine
-# reuses it. What comes back is $OUT/result.json, $OUT/run.log, $OUT/kernels.json and $OUT/all.tgz
-# (the rest: op logs, stderr, notes), since the tool returns at most 8 files.
+# The H200 session of issue 12 as it last ran (2026-12-04, afternoon: the experiment patches
+# bench/device/experiments/0112 (a dense gate, up and GLU of full column chunks in one MMVQ launch)
+# and 0113 (two measurement switches of the narrow kernel); docs/performance.md of that date) as
+# calls on one machine, each under the device tool's 10 minutes, with the CUDA libraries built here
+# from the series plus both experiments (prepare.py --prebuilt): a cold machine needs no build.
+# Everything lands in $WORK (/tmp/clover-dev); a later call on the still-warm machine reuses it.
+# What comes back is $OUT/result.json, $OUT/run.log, $OUT/kernels.json and $OUT/all.tgz (the rest:
+# op logs, stderr, notes), since the tool returns at most 8 files.
 #
-# Calls 1-2 ran a build of the series up to 0110 plus the experiment patch
-# bench/device/experiments/0112-EXPERIMENT-narrow-MMQ-0108-s-staging-loop.patch (in the repository
-# at commit ede9305 only; it applies on 0110, not on 0111): "oldst" is its switch
-# GGML_CUDA_MMQ_NARROW_OLD_STAGING=1, 0108's staging loop (the series before 0109); "q8k0" is
-# GGML_CUDA_MMQ_NARROW_Q8K=0 (the int8 variant without 0110); "before" is both, the series before
-# this session; "i8" is GGML_CUDA_MMQ_NARROW_F16=0, the int8 variant wherever the narrow kernel runs
-# (its check against the CPU on every type and shape of the test cases). Calls 3-4 ran the series
-# through 0111 without the experiment: "glu0" is GGML_CUDA_MMQ_NARROW_GLU=0 (without 0111).
+# The modes (switches read once per process, all in one build):
+#   cg0   GGML_CUDA_MMVQ_CHUNK_GLU=0: without 0112
+#   i8d   dense matmuls of 9-64 columns from 1024 rows on the narrow kernel in int8 (0113's
+#         GGML_CUDA_MMQ_NARROW_DENSE_F16_MAX=8), i8d32 the same to 32 columns, h64 in halves
+#   id64  MUL_MAT_ID of up to 64 tokens on the narrow kernel (its 64-column instances), id64t the
+#         same with 0113's GGML_CUDA_MMQ_NARROW_ID_TILE=32 (an expert's columns in tiles of 32)
+#   both  i8d32 and id64t
+#   chk   every new path at once where the checks reach it: i8d from 16 rows, id64t
 #
-#   bash bench/device/session.sh 1   # 8 layers: test-backend-ops of MUL_MAT_ID_SMALL(_GLU) and
-#                                    # MUL_MAT_SMALL against the CPU (default and i8); per-op times
-#                                    # in every mode; upstream's step; the passes before and after
-#   bash bench/device/session.sh 2   # the real 40-layer shapes: upstream's step, the passes and
-#                                    # loop simulations; the passes before, with 0109 alone, and the
-#                                    # series and before again
-#   bash bench/device/session.sh 3   # 0111: test-backend-ops of the expert ops (default and i8),
-#                                    # per op with and without the fusion (did not fit: the checks
-#                                    # took 154 s a mode), the 8-layer passes
-#   bash bench/device/session.sh 4   # 0111 at 40 layers: the passes without and with it, A, B, A, B
+#   bash bench/device/session.sh 1   # 8-layer file; test-backend-ops against the CPU (chk: dense
+#                                    # int8, the experts at 33-64 tokens; default: 0112); per op in
+#                                    # each mode
+#   bash bench/device/session.sh 2   # the real 40-layer shapes: upstream's step, the series with
+#                                    # loop simulations, the passes in each mode
+#   bash bench/device/session.sh 3   # the winners again (A, B) and the 8-layer profile
+#
+# Calls 4-5 ran the series with patch 0112 as it landed (MUL_MAT_ID of 33-64 tokens in column tiles
+# of 32: 0113's id64t made the default), no experiment: "id32" is GGML_CUDA_MMQ_NARROW_ID_MAX=32, the
+# series before it; "i8all" GGML_CUDA_MMQ_NARROW_F16=0 with dense matmuls to 32 columns (the dense
+# Q6_K cases in int8, which call 1 did not reach).
+#   bash bench/device/session.sh 4   # 0112's checks against the CPU (the expert ops at 33-64
+#                                    # tokens), per op before / after, the dense Q6_K in int8
+#   bash bench/device/session.sh 5   # 40 layers: upstream's step, the series with its loop
+#                                    # simulations, before / after A, B
 set -u
-call=${1:?which call: 1, 2, 3 or 4}
+call=${1:?which call: 1-5}
 WORK=${WORK:-/tmp/clover-dev}
 export QUANTS=q4_k_m GEN_LAYERS=8
-BEFORE="GGML_CUDA_MMQ_NARROW_Q8K=0,GGML_CUDA_MMQ_NARROW_OLD_STAGING=1"
-export MODE_q8k0="GGML_CUDA_MMQ_NARROW_Q8K=0" MODE_oldst="GGML_CUDA_MMQ_NARROW_OLD_STAGING=1"
-export MODE_before="${BEFORE/,/ }" MODE_i8="GGML_CUDA_MMQ_NARROW_F16=0"
+NB=GGML_CUDA_MMQ_NARROW
+I8D="${NB}_DENSE_MAX=64,${NB}_DENSE_F16_MAX=8"
+I8D32="${NB}_DENSE_MAX=32,${NB}_DENSE_F16_MAX=16"
+ID64T="${NB}_ID_MAX=64,${NB}_ID_TILE=32"
+export MODE_cg0="GGML_CUDA_MMVQ_CHUNK_GLU=0" MODE_i8d="${I8D//,/ }" MODE_h64="${NB}_DENSE_MAX=64"
+export MODE_id64="${NB}_ID_MAX=64" MODE_id64t="${ID64T//,/ }"
+export MODE_chk="${I8D//,/ } ${ID64T//,/ } ${NB}_DENSE_MIN_ROWS=16"
 T0=$(date +%s)
 OUT=${OUT:-/tmp/clover-out}
+K4="(q4_K|q5_K|q6_K|q8_0)"
 case $call in
-  1) STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval,perf EVAL_WIDE=0 \
-     EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU,MUL_MAT_SMALL EVAL_MODES="default i8" \
-     EVAL_FILTER='type_a=(q4_K|q5_K|q6_K|q8_0),' MODES="before oldst q8k0 default" PERF_S=20 \
-     PERF_FILTER='type_a=(q4_K|q6_K|q8_0),type_b=f32,(n_mats=256,.*n=(16|32)|m=[0-9]+,n=16),' \
-     BUDGET_S=430 bash bench/device/run.sh
-     SWEEP="before:$BEFORE" LAYERS=8 STAGES=build,baseline,clover,sweep \
-       BUDGET_S=$(( 565 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
-  2) # 40 layers: upstream's step, the series with its loop simulations, then before, 0109 alone,
-     # the series and before again (A, B): the passes
-     SWEEP="before:$BEFORE q8k0:GGML_CUDA_MMQ_NARROW_Q8K=0 b:CLOVER_SWEEP_REPEAT=2 beforeb:$BEFORE,CLOVER_SWEEP_REPEAT=2" \
+  1) # checks: dense 9-64 columns (upstream's MUL_MAT too), the experts and their GLU at 33-64 tokens
+     STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=chk \
+     EVAL_OPS=MUL_MAT,MUL_MAT_SMALL,MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU \
+     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,n=(9|[1-5][0-9]|6[0-4]),|type_a=$K4,type_b=f32,n_mats=[0-9]+,n_used=[0-9]+,b=[0-9a-z]+,m=[0-9]+,n=(3[3-9]|[4-6][0-9]),|type=$K4,glu_op=[A-Z]+,m=(3[3-9]|[4-6][0-9]),.*use_id=1" \
+     MODES="default cg0 i8d h64 id64 id64t" PERF_S=25 \
+     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|2048),n=(16|24|32|64),k=(2048|4096),|type=q6_K,glu_op=SWIGLU,m=(16|32),n=512,k=2048,use_id=0|type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(32|64),' \
+     BUDGET_S=500 bash bench/device/run.sh
+     # 0112 against the CPU: the dense gate + up + GLU at its default (the 512-row matrices on MMVQ)
+     PREBUILT=1 TBO="$WORK/test-backend-ops" LIBDIR="$WORK/site/llama_cpp/lib" STAGES=eval OUT="$OUT/ops-glu" \
+       WORK="$WORK/ops-glu" EVAL_MODES=default EVAL_WIDE=0 EVAL_OPS=MUL_MAT_SMALL_GLU EVAL_FILTER="type=$K4," \
+       BUDGET_S=$(( 575 - $(date +%s) + T0 )) bash bench/device/kernels.sh 2>&1 | tail -8 ;;
+  2) # 40 layers: upstream's step, the series (0112 on) with its loop simulations, then each mode
+     SWEEP="cg0:GGML_CUDA_MMVQ_CHUNK_GLU=0 i8d32:$I8D32 id64t:$ID64T both:$I8D32,$ID64T" \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=570 bash bench/device/run.sh ;;
-  3) # patch 0111 (the experts' gate, up and GLU in one launch; the build without the experiment):
-     # test-backend-ops of the expert ops against the CPU (default and i8), per op with the fusion
-     # off ("glu0") and on, the 8-layer passes A, B (A, B again did not fit)
-     export MODE_glu0="GGML_CUDA_MMQ_NARROW_GLU=0"
-     STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval,perf EVAL_WIDE=0 \
-     EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_MODES="default i8" \
-     EVAL_FILTER='type_a=(q4_K|q5_K|q6_K|q8_0),|type=(q4_K|q6_K|q8_0),' MODES="glu0 default" PERF_S=20 \
-     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,.*n=(16|32),|glu_op=SWIGLU,m=(16|32),n=512,k=2048,use_id=1' \
-     BUDGET_S=380 bash bench/device/run.sh
-     SWEEP="glu0:GGML_CUDA_MMQ_NARROW_GLU=0 b:CLOVER_SWEEP_REPEAT=2 glu0b:GGML_CUDA_MMQ_NARROW_GLU=0,CLOVER_SWEEP_REPEAT=2" \
-       LAYERS=8 STAGES=build,baseline,clover,sweep BUDGET_S=$(( 565 - $(date +%s) + T0 )) bash bench/device/run.sh ;;
-  4) # 40 layers (the 8-layer file of call 3 still on the machine): without 0111 and with it, A, B, A, B
-     SWEEP="glu0:GGML_CUDA_MMQ_NARROW_GLU=0 a:CLOVER_SWEEP_REPEAT=1 glu0b:GGML_CUDA_MMQ_NARROW_GLU=0,CLOVER_SWEEP_REPEAT=2
-            b:CLOVER_SWEEP_REPEAT=2" LAYERS=40 STAGES=build,gen,convert,sweep BUDGET_S=320 bash bench/device/run.sh ;;
-  *) echo "call 1, 2, 3 or 4" >&2; exit 2 ;;
+  3) # the modes again (B runs) at 40 layers, then the 8-layer profile
+     SWEEP="b:CLOVER_SWEEP_REPEAT=2 cg0b:GGML_CUDA_MMVQ_CHUNK_GLU=0,CLOVER_SWEEP_REPEAT=2 i8d32b:$I8D32,CLOVER_SWEEP_REPEAT=2
+            id64tb:$ID64T,CLOVER_SWEEP_REPEAT=2 bothb:$I8D32,$ID64T,CLOVER_SWEEP_REPEAT=2" LAYERS=40 STAGES=build,gen,convert,sweep BUDGET_S=330 bash bench/device/run.sh
+     LAYERS=8 STAGES=build,profile PROFILE_PASSES="raw-ar preview fused" BUDGET_S=$(( 570 - $(date +%s) + T0 )) \
+       bash bench/device/run.sh ;;
+  4) export MODE_id32="${NB}_ID_MAX=32" MODE_i8all="${NB}_F16=0 ${NB}_DENSE_MAX=32"
+     STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=default \
+     EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU \
+     EVAL_FILTER="type_a=$K4,type_b=f32,n_mats=[0-9]+,n_used=[0-9]+,b=[0-9a-z]+,m=[0-9]+,n=(3[3-9]|[4-6][0-9]),|type=$K4,glu_op=[A-Z]+,m=(3[3-9]|[4-6][0-9]),.*use_id=1" \
+     MODES="default id32 i8all" PERF_S=30 \
+     PERF_FILTER='type_a=q6_K,type_b=f32,m=(8192|2048),n=(16|24|32|64),k=(2048|4096),|type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(32|64),' \
+     BUDGET_S=400 bash bench/device/run.sh ;;
+  5) SWEEP="id32:${NB}_ID_MAX=32 b:CLOVER_SWEEP_REPEAT=2 id32b:${NB}_ID_MAX=32,CLOVER_SWEEP_REPEAT=2" \
+       LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep,loops BUDGET_S=560 bash bench/device/run.sh ;;
+  *) echo "call 1-5" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

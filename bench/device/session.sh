@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The H200 session of issue 12 as it last ran (2026-12-04, afternoon: the experiment patches
+# The H200 session of issue 12 as it last ran (2026-12-04 15:44-16:15 UTC: the experiment patches
 # bench/device/experiments/0112 (a dense gate, up and GLU of full column chunks in one MMVQ launch)
-# and 0113 (two measurement switches of the narrow kernel); docs/performance.md of that date) as
+# and 0113 (two measurement switches of the narrow kernel), in the repository at commit 7694e7d
+# only, then patch 0112 as it landed; docs/performance.md of that date) as
 # calls on one machine, each under the device tool's 10 minutes, with the CUDA libraries built here
 # from the series plus both experiments (prepare.py --prebuilt): a cold machine needs no build.
 # Everything lands in $WORK (/tmp/clover-dev); a later call on the still-warm machine reuses it.

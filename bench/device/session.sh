@@ -33,8 +33,14 @@
 #                                    # tokens), per op before / after, the dense Q6_K in int8
 #   bash bench/device/session.sh 5   # 40 layers: upstream's step, the series with its loop
 #                                    # simulations, before / after A, B
+#
+# Call 6 ran the series plus an experiment patch (in the repository at commit EXPCOMMIT only, under
+# bench/device/experiments/): "dir" is GGML_CUDA_MMQ_NARROW_DIRECT=1, dense matmuls of
+# 9-64 columns on the narrow kernel in int8 with their activations read from global memory instead
+# of staged in shared memory; no model file, only test-backend-ops.
+#   bash bench/device/session.sh 6   # its checks against the CPU (from 16 rows), per op against MMQ
 set -u
-call=${1:?which call: 1-5}
+call=${1:?which call: 1-6}
 WORK=${WORK:-/tmp/clover-dev}
 export QUANTS=q4_k_m GEN_LAYERS=8
 NB=GGML_CUDA_MMQ_NARROW
@@ -76,7 +82,12 @@ case $call in
      BUDGET_S=400 bash bench/device/run.sh ;;
   5) SWEEP="id32:${NB}_ID_MAX=32 b:CLOVER_SWEEP_REPEAT=2 id32b:${NB}_ID_MAX=32,CLOVER_SWEEP_REPEAT=2" \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep,loops BUDGET_S=560 bash bench/device/run.sh ;;
-  *) echo "call 1-5" >&2; exit 2 ;;
+  6) export MODE_dir="${NB}_DIRECT=1 ${NB}_DENSE_MAX=64" MODE_dirchk="${NB}_DIRECT=1 ${NB}_DENSE_MAX=64 ${NB}_DENSE_MIN_ROWS=16"
+     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=dirchk EVAL_OPS=MUL_MAT,MUL_MAT_SMALL \
+     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,n=(9|[1-5][0-9]|6[0-4])," MODES="default dir" PERF_S=20 \
+     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|2048),n=(16|32|64),k=(2048|4096),' \
+     BUDGET_S=200 bash bench/device/run.sh ;;
+  *) echo "call 1-6" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -34,7 +34,7 @@
 #   bash bench/device/session.sh 5   # 40 layers: upstream's step, the series with its loop
 #                                    # simulations, before / after A, B
 #
-# Call 6 ran the series plus an experiment patch (in the repository at commit EXPCOMMIT only, under
+# Call 6 ran the series plus an experiment patch (in the repository at commit 4fa0445 only, under
 # bench/device/experiments/): "dir" is GGML_CUDA_MMQ_NARROW_DIRECT=1, dense matmuls of
 # 9-64 columns on the narrow kernel in int8 with their activations read from global memory instead
 # of staged in shared memory; no model file, only test-backend-ops.

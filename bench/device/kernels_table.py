@@ -19,7 +19,14 @@ from pathlib import Path
 
 HBM_BYTES_PER_S = 4.8e12
 # bytes per weight of the types the cases use (ggml block size / block bytes)
-BYTES_PER_WEIGHT = {"q4_0": 18 / 32, "q4_K": 144 / 256, "q5_K": 176 / 256, "q6_K": 210 / 256, "q8_0": 34 / 32}
+BYTES_PER_WEIGHT = {
+    "f32": 4,
+    "q4_0": 18 / 32,
+    "q4_K": 144 / 256,
+    "q5_K": 176 / 256,
+    "q6_K": 210 / 256,
+    "q8_0": 34 / 32,
+}
 # the modes in the order the table shows them (then any other mode kernels.sh ran, by name: MODE_<tag>);
 # a row's ratio columns are these modes against default
 MODES = ("legacy", "nosmall", "nonarrow", "default", "narrowall", "smalldense", "tiles", "wide")

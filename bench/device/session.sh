@@ -1,93 +1,80 @@
 #!/usr/bin/env bash
-# The H200 session of issue 12 as it last ran (2026-12-04 15:44-16:15 UTC: the experiment patches
-# bench/device/experiments/0112 (a dense gate, up and GLU of full column chunks in one MMVQ launch)
-# and 0113 (two measurement switches of the narrow kernel), in the repository at commit 7694e7d
-# only, then patch 0112 as it landed; docs/performance.md of that date) as
-# calls on one machine, each under the device tool's 10 minutes, with the CUDA libraries built here
-# from the series plus both experiments (prepare.py --prebuilt): a cold machine needs no build.
-# Everything lands in $WORK (/tmp/clover-dev); a later call on the still-warm machine reuses it.
-# What comes back is $OUT/result.json, $OUT/run.log, $OUT/kernels.json and $OUT/all.tgz (the rest:
-# op logs, stderr, notes), since the tool returns at most 8 files.
+# The H200 session of issue 12 as it last ran (2026-12-04 18:54-19:29 UTC; docs/performance.md of
+# that date) as calls on one machine, each under the device tool's 10 minutes, with the CUDA
+# libraries built here (prepare.py --prebuilt): a cold machine needs no build. Everything lands in
+# $WORK (/tmp/clover-dev); a later call on the still-warm machine reuses it. What comes back is
+# $OUT/result.json, $OUT/run.log, $OUT/kernels.json and $OUT/all.tgz (the rest: op logs, Nsight CSVs,
+# stderr, notes), since the tool returns at most 8 files.
 #
-# The modes (switches read once per process, all in one build):
-#   cg0   GGML_CUDA_MMVQ_CHUNK_GLU=0: without 0112
-#   i8d   dense matmuls of 9-64 columns from 1024 rows on the narrow kernel in int8 (0113's
-#         GGML_CUDA_MMQ_NARROW_DENSE_F16_MAX=8), i8d32 the same to 32 columns, h64 in halves
-#   id64  MUL_MAT_ID of up to 64 tokens on the narrow kernel (its 64-column instances), id64t the
-#         same with 0113's GGML_CUDA_MMQ_NARROW_ID_TILE=32 (an expert's columns in tiles of 32)
-#   both  i8d32 and id64t
-#   chk   every new path at once where the checks reach it: i8d from 16 rows, id64t
-#
-#   bash bench/device/session.sh 1   # 8-layer file; test-backend-ops against the CPU (chk: dense
-#                                    # int8, the experts at 33-64 tokens; default: 0112); per op in
-#                                    # each mode
-#   bash bench/device/session.sh 2   # the real 40-layer shapes: upstream's step, the series with
-#                                    # loop simulations, the passes in each mode
-#   bash bench/device/session.sh 3   # the winners again (A, B) and the 8-layer profile
-#
-# Calls 4-5 ran the series with patch 0112 as it landed (MUL_MAT_ID of 33-64 tokens in column tiles
-# of 32: 0113's id64t made the default), no experiment: "id32" is GGML_CUDA_MMQ_NARROW_ID_MAX=32, the
-# series before it; "i8all" GGML_CUDA_MMQ_NARROW_F16=0 with dense matmuls to 32 columns (the dense
-# Q6_K cases in int8, which call 1 did not reach).
-#   bash bench/device/session.sh 4   # 0112's checks against the CPU (the expert ops at 33-64
-#                                    # tokens), per op before / after, the dense Q6_K in int8
-#   bash bench/device/session.sh 5   # 40 layers: upstream's step, the series with its loop
-#                                    # simulations, before / after A, B
-#
-# Call 6 ran the series plus an experiment patch (in the repository at commit 4fa0445 only, under
-# bench/device/experiments/): "dir" is GGML_CUDA_MMQ_NARROW_DIRECT=1, dense matmuls of
-# 9-64 columns on the narrow kernel in int8 with their activations read from global memory instead
-# of staged in shared memory; no model file, only test-backend-ops.
-#   bash bench/device/session.sh 6   # its checks against the CPU (from 16 rows), per op against MMQ
+# Call 1 ran on the series through 0112 plus the experiment written last session (MMVF column chunks
+# for F32 matrices at 17-64 columns, in the repository at commit 44f4b89 only, under
+# bench/device/experiments/, applied as patch 0113; "mmvf0" is its switch off); calls 2-3 on the series
+# plus patch 0113 as first written (its int8 range off by default: "d32" turns it on); calls 4-5 on 0113
+# as landed (int8 at 17-32 columns from 4096 rows by default).
+#   bash bench/device/session.sh 1   # the experiment against the CPU (every F32 MUL_MAT and
+#                                    # MUL_MAT_SMALL case) and per op with and without it; Nsight of the
+#                                    # dense Q6_K projections at 32 columns, MMQ and the narrow kernel in int8
+#   bash bench/device/session.sh 2   # 0113 against the CPU (int8 everywhere from 16 rows, and the
+#                                    # default paths), per op in each mode
+#   bash bench/device/session.sh 3   # 40 layers: upstream's step, the series with its loop simulations,
+#                                    # d32 and ft0 (whole tiles off), A and B
+#   bash bench/device/session.sh 4   # per op: the experts at 32 tokens with and without whole tiles,
+#                                    # the Q6_K output head on MMQ and in int8
+#   bash bench/device/session.sh 5   # the 8-layer profile, Nsight of the head and of the int8 dense kernel
 set -u
-call=${1:?which call: 1-6}
+call=${1:?which call: 1-5}
 WORK=${WORK:-/tmp/clover-dev}
 export QUANTS=q4_k_m GEN_LAYERS=8
 NB=GGML_CUDA_MMQ_NARROW
-I8D="${NB}_DENSE_MAX=64,${NB}_DENSE_F16_MAX=8"
-I8D32="${NB}_DENSE_MAX=32,${NB}_DENSE_F16_MAX=16"
-ID64T="${NB}_ID_MAX=64,${NB}_ID_TILE=32"
-export MODE_cg0="GGML_CUDA_MMVQ_CHUNK_GLU=0" MODE_i8d="${I8D//,/ }" MODE_h64="${NB}_DENSE_MAX=64"
-export MODE_id64="${NB}_ID_MAX=64" MODE_id64t="${ID64T//,/ }"
-export MODE_chk="${I8D//,/ } ${ID64T//,/ } ${NB}_DENSE_MIN_ROWS=16"
 T0=$(date +%s)
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
 case $call in
-  1) # checks: dense 9-64 columns (upstream's MUL_MAT too), the experts and their GLU at 33-64 tokens
-     STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=chk \
+  1) # the experiment (MMVF column chunks for F32 at 17-64 columns, applied as 0113) against the CPU (every
+     # F32 MUL_MAT and MUL_MAT_SMALL case), per op with and without it, then Nsight of the dense Q6_K
+     # projections at 32 columns, MMQ and the narrow kernel in int8
+     export MODE_mmvf0="GGML_CUDA_MMVF_MAX_COLS=0"
+     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=default EVAL_OPS=MUL_MAT,MUL_MAT_SMALL \
+     EVAL_FILTER='type_a=f32,' MODES="default mmvf0" PERF_S=20 PERF_FILTER='type_a=f32,' \
+     BUDGET_S=260 bash bench/device/run.sh
+     I8="GGML_CUDA_MMQ_NARROW_F16=0 GGML_CUDA_MMQ_NARROW_DENSE_MAX=32"
+     CASES="mmq-8192|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
+i8-8192|$I8|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
+mmq-2048|-|MUL_MAT_SMALL|type_a=q6_K,.*m=2048,n=32,k=4096,
+i8-2048|$I8|MUL_MAT_SMALL|type_a=q6_K,.*m=2048,n=32,k=4096," \
+     SOURCE='mul_mat_q' OUT="$OUT/stalls" timeout $(( 580 - $(date +%s) + T0 )) bash bench/device/stalls.sh ;;
+  2) # patch 0113 (whole column tiles at compile time, Q6_K's offset without saturation):
+     # against the CPU (int8 everywhere from 16 rows, and the default paths), per op in each mode
+     export MODE_chk="${NB}_F16=0 ${NB}_DENSE_MAX=64 ${NB}_DENSE_MIN_ROWS=16" MODE_ft0="${NB}_FULL_TILES=0"
+     export MODE_d32="${NB}_DENSE_I8_MAX=32" MODE_d64a="${NB}_DENSE_I8_MAX=64 ${NB}_DENSE_I8_MIN_ROWS=1024"
+     export MODE_d64aft0="$MODE_d64a ${NB}_FULL_TILES=0" MODE_i8="${NB}_F16=0"
+     N964="n=(9|[1-5][0-9]|6[0-4]),"
+     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="chk default" \
      EVAL_OPS=MUL_MAT,MUL_MAT_SMALL,MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU \
-     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,n=(9|[1-5][0-9]|6[0-4]),|type_a=$K4,type_b=f32,n_mats=[0-9]+,n_used=[0-9]+,b=[0-9a-z]+,m=[0-9]+,n=(3[3-9]|[4-6][0-9]),|type=$K4,glu_op=[A-Z]+,m=(3[3-9]|[4-6][0-9]),.*use_id=1" \
-     MODES="default cg0 i8d h64 id64 id64t" PERF_S=25 \
-     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|2048),n=(16|24|32|64),k=(2048|4096),|type=q6_K,glu_op=SWIGLU,m=(16|32),n=512,k=2048,use_id=0|type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(32|64),' \
-     BUDGET_S=500 bash bench/device/run.sh
-     # 0112 against the CPU: the dense gate + up + GLU at its default (the 512-row matrices on MMVQ)
-     PREBUILT=1 TBO="$WORK/test-backend-ops" LIBDIR="$WORK/site/llama_cpp/lib" STAGES=eval OUT="$OUT/ops-glu" \
-       WORK="$WORK/ops-glu" EVAL_MODES=default EVAL_WIDE=0 EVAL_OPS=MUL_MAT_SMALL_GLU EVAL_FILTER="type=$K4," \
-       BUDGET_S=$(( 575 - $(date +%s) + T0 )) bash bench/device/kernels.sh 2>&1 | tail -8 ;;
-  2) # 40 layers: upstream's step, the series (0112 on) with its loop simulations, then each mode
-     SWEEP="cg0:GGML_CUDA_MMVQ_CHUNK_GLU=0 i8d32:$I8D32 id64t:$ID64T both:$I8D32,$ID64T" \
+     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,$N964|type_a=$K4,type_b=f32,n_mats=[0-9]+,n_used=[0-9]+,b=[0-9a-z]+,m=[0-9]+,$N964|type=$K4,glu_op=[A-Z]+,m=(9|[1-5][0-9]|6[0-4]),.*use_id=1" \
+     MODES="default ft0 d32 d64a d64aft0 i8" PERF_S=25 \
+     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|4096|2048|248320),n=(16|32|64),k=(2048|4096),' \
+     BUDGET_S=570 bash bench/device/run.sh ;;
+  3) # 40 layers: upstream's step, the series with its loop simulations, then dense Q6_K / Q4_K of
+     # 17-32 columns from 4096 rows in int8 (d32; the default since, where "d32" changes nothing and
+     # "${NB}_DENSE_I8_MAX=0" is the before), whole tiles off (ft0), each twice (A, B)
+     D32="${NB}_DENSE_I8_MAX=32" FT0="${NB}_FULL_TILES=0"
+     SWEEP="d32:$D32 ft0:$FT0 b:CLOVER_SWEEP_REPEAT=2 d32b:$D32,CLOVER_SWEEP_REPEAT=2 ft0b:$FT0,CLOVER_SWEEP_REPEAT=2" \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=570 bash bench/device/run.sh ;;
-  3) # the modes again (B runs) at 40 layers, then the 8-layer profile
-     SWEEP="b:CLOVER_SWEEP_REPEAT=2 cg0b:GGML_CUDA_MMVQ_CHUNK_GLU=0,CLOVER_SWEEP_REPEAT=2 i8d32b:$I8D32,CLOVER_SWEEP_REPEAT=2
-            id64tb:$ID64T,CLOVER_SWEEP_REPEAT=2 bothb:$I8D32,$ID64T,CLOVER_SWEEP_REPEAT=2" LAYERS=40 STAGES=build,gen,convert,sweep BUDGET_S=330 bash bench/device/run.sh
-     LAYERS=8 STAGES=build,profile PROFILE_PASSES="raw-ar preview fused" BUDGET_S=$(( 570 - $(date +%s) + T0 )) \
-       bash bench/device/run.sh ;;
-  4) export MODE_id32="${NB}_ID_MAX=32" MODE_i8all="${NB}_F16=0 ${NB}_DENSE_MAX=32"
-     STAGES=build,gen,convert,ops LAYERS=8 OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=default \
-     EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU \
-     EVAL_FILTER="type_a=$K4,type_b=f32,n_mats=[0-9]+,n_used=[0-9]+,b=[0-9a-z]+,m=[0-9]+,n=(3[3-9]|[4-6][0-9]),|type=$K4,glu_op=[A-Z]+,m=(3[3-9]|[4-6][0-9]),.*use_id=1" \
-     MODES="default id32 i8all" PERF_S=30 \
-     PERF_FILTER='type_a=q6_K,type_b=f32,m=(8192|2048),n=(16|24|32|64),k=(2048|4096),|type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(32|64),' \
-     BUDGET_S=400 bash bench/device/run.sh ;;
-  5) SWEEP="id32:${NB}_ID_MAX=32 b:CLOVER_SWEEP_REPEAT=2 id32b:${NB}_ID_MAX=32,CLOVER_SWEEP_REPEAT=2" \
-       LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep,loops BUDGET_S=560 bash bench/device/run.sh ;;
-  6) export MODE_dir="${NB}_DIRECT=1 ${NB}_DENSE_MAX=64" MODE_dirchk="${NB}_DIRECT=1 ${NB}_DENSE_MAX=64 ${NB}_DENSE_MIN_ROWS=16"
-     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=dirchk EVAL_OPS=MUL_MAT,MUL_MAT_SMALL \
-     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,n=(9|[1-5][0-9]|6[0-4])," MODES="default dir" PERF_S=20 \
-     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|2048),n=(16|32|64),k=(2048|4096),' \
-     BUDGET_S=200 bash bench/device/run.sh ;;
-  *) echo "call 1-6" >&2; exit 2 ;;
+  4) # per op: the experts at 32 tokens (coresets of 8 and 32, all 256) and their gate + up + GLU with
+     # whole tiles and without (ft0); the Q6_K output head at 1 and 32 columns on MMQ and in int8 (d32)
+     export MODE_ft0="${NB}_FULL_TILES=0" MODE_d32="${NB}_DENSE_I8_MAX=32"
+     STAGES=build,ops OPS_STAGES=perf MODES="default ft0 d32" PERF_S=60 \
+     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=32,|type=q4_K,glu_op=SWIGLU,m=(16|32),.*use_id=1|type_a=q6_K,type_b=f32,m=248320,' \
+     BUDGET_S=300 bash bench/device/run.sh ;;
+  5) # patch 0113 as landed: the 8-layer profile (40 kernels by name), then Nsight of the Q6_K output
+     # head at 1 column (MMVQ) and 32 (int8), and of the dense Q6_K 8192 x 2048 at 32 columns in int8
+     LAYERS=8 STAGES=build,gen,convert,profile PROFILE_PASSES="raw-ar preview fused" BUDGET_S=330 bash bench/device/run.sh
+     CASES="head-n1|-|MUL_MAT_SMALL|type_a=q6_K,.*m=248320,n=1,k=2048,
+head-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=248320,n=32,k=2048,
+i8-8192|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048," \
+     SOURCE='mul_mat' OUT="$OUT/stalls" timeout $(( 585 - $(date +%s) + T0 )) bash bench/device/stalls.sh ;;
+  *) echo "call 1-5" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

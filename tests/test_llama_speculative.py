@@ -272,38 +272,6 @@ def test_a_final_commit_writes_no_rollback_snapshot(spec_engine):
     assert rolled_back == [True, False]
 
 
-@pytest.mark.parametrize("n_rows", [2, 8])
-def test_conv_snapshots_of_many_rows_take_one_set_rows_per_layer(gguf, n_rows):
-    """Patch 0012: a verification of more rows than the conv kernel is long writes its rows' conv
-    snapshots with one `set_rows` per GDN layer (a GPU paid a copy kernel per row); fewer rows keep a
-    copy per snapshot. Their values: the rollback tests around this one."""
-    from clover_local.llama import capi
-
-    writes: list[tuple[str, str]] = []
-
-    def record(t, ask: bool) -> bool:
-        if ask:
-            node = t.contents
-            name = node.name.decode()
-            if name.startswith("cache_r_l"):
-                writes.append((capi.ggml_op_name(node.op).decode(), name.split(" ")[0]))
-        return False
-
-    with engine(gguf[0], speculative=True, eval_callback=record) as eng:
-        ident = LogitAdjustment.identity(eng.vocab_size)
-        tok, _ = eng.prefill(PROMPTS["long"], ident)
-        writes.clear()
-        eng.verify_and_draft([tok] * n_rows, RowAdjustments.constant(ident, n_rows), [])
-    layers = sorted({layer for _, layer in writes})
-    assert layers  # the tiny model has GDN layers
-    for layer in layers:
-        ops = [op for op, name in writes if name == layer]
-        if n_rows == 2:  # n_rows + 1 snapshots, a copy each (and the write of the start state)
-            assert ops.count("CPY") >= n_rows + 1 and "SET_ROWS" not in ops
-        else:
-            assert ops.count("SET_ROWS") == 1 and ops.count("CPY") < n_rows
-
-
 @pytest.mark.parametrize("back", [1, 2, "all"])
 def test_a_ubatch_longer_than_its_snapshots_rolls_back_as_a_commit(gguf, ar_engine, back):
     """A plain `llama_decode` (llama.cpp's own API; the engine's verifications never are this

@@ -21,13 +21,8 @@
 #   bash bench/device/session.sh 4   # per op: the experts at 32 tokens with and without whole tiles,
 #                                    # the Q6_K output head on MMQ and in int8
 #   bash bench/device/session.sh 5   # the 8-layer profile, Nsight of the head and of the int8 dense kernel
-# Call 6 ran patch 0012's first form (the conv-state snapshots in one copy and one set_rows) on what
-# was left of the device time: its gen stage declined the 165 s budget, run by hand with BUDGET_S=200
-# it aborted on a view-size assertion (a view may not hold more values than its source), which the
-# landed form avoids (checked on the CPU only; not yet timed on a GPU). The next session's first call:
-#   bash bench/device/session.sh 6   # 0012 at 4 layers with and without it (a copy per slot)
 set -u
-call=${1:?which call: 1-6}
+call=${1:?which call: 1-5}
 WORK=${WORK:-/tmp/clover-dev}
 export QUANTS=q4_k_m GEN_LAYERS=8
 NB=GGML_CUDA_MMQ_NARROW
@@ -79,11 +74,7 @@ i8-2048|$I8|MUL_MAT_SMALL|type_a=q6_K,.*m=2048,n=32,k=4096," \
 head-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=248320,n=32,k=2048,
 i8-8192|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048," \
      SOURCE='mul_mat' OUT="$OUT/stalls" timeout $(( 585 - $(date +%s) + T0 )) bash bench/device/stalls.sh ;;
-  6) # patch 0012 (the conv-state snapshots in four kernels a layer) per pass at 4 layers, with and
-     # without it (LLAMA_CONV_SNAPSHOT_COPIES=1: a copy per slot); the fused pass is the one that moves
-     LAYERS=4 GEN_LAYERS=4 STAGES=build,gen,convert,sweep SWEEP="set:LLAMA_CONV_SNAPSHOT_COPIES=0 copies:LLAMA_CONV_SNAPSHOT_COPIES=1" \
-       BUDGET_S=200 bash bench/device/run.sh ;;
-  *) echo "call 1-6" >&2; exit 2 ;;
+  *) echo "call 1-5" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -13,10 +13,12 @@
 # 2 is the series').
 #   bash bench/device/session.sh 1   # the experiment against the CPU (MUL_MAT_ID_SMALL, _GLU), the
 #                                    # experts per op in each mode
-#   bash bench/device/session.sh 2   # 40 layers: upstream's step, the series with its loop
+#   bash bench/device/session.sh 2   # a single column tile at compile time ("ft2", _FULL_TILES=2)
+#                                    # against the CPU; the experts per op with it and with "pf4"
+#   bash bench/device/session.sh 3   # 40 layers: upstream's step, the series with its loop
 #                                    # simulations, the modes as passes
 set -u
-call=${1:?which call: 1-2}
+call=${1:?which call: 1-3}
 WORK=${WORK:-/tmp/clover-dev}
 export QUANTS=q4_k_m GEN_LAYERS=8
 NB=GGML_CUDA_MMQ_NARROW
@@ -33,10 +35,18 @@ case $call in
      MODES="default sp sp3 pf4 pf8 sp3pf4" PERF_S=25 \
      PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),|type=q4_K,glu_op=SWIGLU,m=(16|32),.*use_id=1' \
      BUDGET_S=560 bash bench/device/run.sh ;;
-  2) # 40 layers: upstream's step, the series with its loop simulations, the modes as passes
-     SWEEP=${SWEEP:-"sp3:${NB}_ID_SMALL=1,${NB}_ID8_CTAS=3 pf4:${NB}_PF=4 sp:${NB}_ID_SMALL=1 b:CLOVER_SWEEP_REPEAT=2 sp3b:${NB}_ID_SMALL=1,${NB}_ID8_CTAS=3,CLOVER_SWEEP_REPEAT=2"} \
-       LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=570 bash bench/device/run.sh ;;
-  *) echo "call 1-2" >&2; exit 2 ;;
+  2) # the single column tile at compile time (ft2) against the CPU, then the experts per op with it
+     # and with the prefetch distance at 4 steps
+     export MODE_ft2="${NB}_FULL_TILES=2" MODE_pf4="${NB}_PF=4" MODE_ft2pf4="${NB}_FULL_TILES=2 ${NB}_PF=4"
+     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="ft2" \
+     EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" \
+     MODES="default ft2 pf4 ft2pf4" PERF_S=20 \
+     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),' \
+     BUDGET_S=330 bash bench/device/run.sh ;;
+  3) # 40 layers: upstream's step, the series with its loop simulations, the modes as passes
+     SWEEP=${SWEEP:-"ft2:${NB}_FULL_TILES=2 pf4:${NB}_PF=4 ft2pf4:${NB}_FULL_TILES=2,${NB}_PF=4 b:CLOVER_SWEEP_REPEAT=2 ft2b:${NB}_FULL_TILES=2,CLOVER_SWEEP_REPEAT=2"} \
+       LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
+  *) echo "call 1-3" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

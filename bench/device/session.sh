@@ -1,24 +1,36 @@
 #!/usr/bin/env bash
-# The H200 session of issue 12 as it last ran (2026-12-04 21:xx UTC; docs/performance.md of that
-# date) as calls on one machine, each under the device tool's 10 minutes, with the CUDA libraries
-# built here (prepare.py --prebuilt): a cold machine needs no build. Everything lands in $WORK
-# (/tmp/clover-dev); a later call on the still-warm machine reuses it. What comes back is
+# The H200 session of issue 12 as it last ran (2026-12-04 21:19-21:37 UTC; docs/performance.md of
+# that date), and the next session's calls, each under the device tool's 10 minutes, with the CUDA
+# libraries built here (prepare.py --prebuilt): a cold machine needs no build. Everything lands in
+# $WORK (/tmp/clover-dev); a later call on the still-warm machine reuses it. What comes back is
 # $OUT/result.json, $OUT/run.log, $OUT/kernels.json and $OUT/all.tgz (the rest: op logs, Nsight CSVs,
 # stderr, notes), since the tool returns at most 8 files.
 #
-# The calls ran on the series plus the experiment bench/device/experiments/0114-*.patch (prepare.py
-# --patch for each, the experiment last): MUL_MAT_ID's experts of at most 8 columns in a kernel
-# instance of 8 columns ("sp", GGML_CUDA_MMQ_NARROW_ID_SMALL=1), that instance at 3 CTAs per SM
-# ("sp3", _ID8_CTAS=3: 80 registers), and the L2 prefetch distance in steps ("pf4"/"pf8", _PF=4/8;
-# 2 is the series').
-#   bash bench/device/session.sh 1   # the experiment against the CPU (MUL_MAT_ID_SMALL, _GLU), the
-#                                    # experts per op in each mode
-#   bash bench/device/session.sh 2   # a single column tile at compile time ("ft2", _FULL_TILES=2)
-#                                    # against the CPU; the experts per op with it and with "pf4"
-#   bash bench/device/session.sh 3   # 40 layers: upstream's step, the series with its loop
-#                                    # simulations, the modes as passes
+# Calls 1-2 ran on the series plus an experiment patch (in the repository at commit 28a3994 only,
+# bench/device/experiments/0114-*; prepare.py --patch for each series patch, the experiment last):
+# MUL_MAT_ID's experts of at most 8 columns in a second launch of the 8-column instance ("sp",
+# GGML_CUDA_MMQ_NARROW_ID_SMALL=1), that instance at 3 CTAs per SM ("sp3", _ID8_CTAS=3: 80 registers
+# and spills), the L2 prefetch distance in steps ("pf4", _PF=4; 2 is the series'), and (call 2 only)
+# a single column tile at compile time per step ("ft2", _FULL_TILES=2). Call 3 (40 layers with ft2
+# and sp) was lost with its machine.
+#
+# Calls 3-5 are the next session's, for the experiment now in bench/device/experiments/ (unmeasured:
+# MUL_MAT_ID's units of one column tile in code of their own, "lean", GGML_CUDA_MMQ_NARROW_LEAN=1).
+# Build it here first: put its mmq-narrow.cu into build/llama-dev's tree (patches/build.py's
+# prepare_tree with the series plus the experiment), `ninja -C build/cuda-local ggml-cuda`, then
+# prepare.py --patch <each series patch> --patch <the experiment> --prebuilt build/cuda-local.
+# With lean off the experiment's kernel is not the series' code (its row-block loop became a lambda;
+# ptxas spills differ), so call 5 times the series itself on the same, still-warm machine.
+#   bash bench/device/session.sh 1   # (ran) the experiment against the CPU (MUL_MAT_ID_SMALL, _GLU),
+#                                    # the experts per op in each mode
+#   bash bench/device/session.sh 2   # (ran) ft2 against the CPU; the experts per op with it, with pf4
+#   bash bench/device/session.sh 3   # lean against the CPU; the experts per op with it
+#   bash bench/device/session.sh 4   # 40 layers: upstream's step, the experiment's default with its
+#                                    # loop simulations, lean, each twice (A, B)
+#   bash bench/device/session.sh 5   # 40 layers again from the series' own carry (prepare.py --prebuilt
+#                                    # of the series), upstream's step and the passes (a second .devcarry)
 set -u
-call=${1:?which call: 1-3}
+call=${1:?which call: 1-5}
 WORK=${WORK:-/tmp/clover-dev}
 export QUANTS=q4_k_m GEN_LAYERS=8
 NB=GGML_CUDA_MMQ_NARROW
@@ -26,7 +38,7 @@ T0=$(date +%s)
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
 case $call in
-  1) # the experiment against the CPU, then the experts per op (16-64 tokens over 256, coresets of
+  1) # (ran) the experiment against the CPU, then the experts per op (16-64 tokens over 256, coresets of
      # 8 and 32, gate + up + GLU) in each mode
      export MODE_sp="${NB}_ID_SMALL=1" MODE_sp3="${NB}_ID_SMALL=1 ${NB}_ID8_CTAS=3" MODE_pf4="${NB}_PF=4"
      export MODE_pf8="${NB}_PF=8" MODE_sp3pf4="${NB}_ID_SMALL=1 ${NB}_ID8_CTAS=3 ${NB}_PF=4"
@@ -35,7 +47,7 @@ case $call in
      MODES="default sp sp3 pf4 pf8 sp3pf4" PERF_S=25 \
      PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),|type=q4_K,glu_op=SWIGLU,m=(16|32),.*use_id=1' \
      BUDGET_S=560 bash bench/device/run.sh ;;
-  2) # the single column tile at compile time (ft2) against the CPU, then the experts per op with it
+  2) # (ran) the single column tile at compile time (ft2) against the CPU, then the experts per op with it
      # and with the prefetch distance at 4 steps
      export MODE_ft2="${NB}_FULL_TILES=2" MODE_pf4="${NB}_PF=4" MODE_ft2pf4="${NB}_FULL_TILES=2 ${NB}_PF=4"
      STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="ft2" \
@@ -43,10 +55,19 @@ case $call in
      MODES="default ft2 pf4 ft2pf4" PERF_S=20 \
      PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),' \
      BUDGET_S=330 bash bench/device/run.sh ;;
-  3) # 40 layers: upstream's step, the series with its loop simulations, the modes as passes
-     SWEEP=${SWEEP:-"ft2:${NB}_FULL_TILES=2 pf4:${NB}_PF=4 ft2pf4:${NB}_FULL_TILES=2,${NB}_PF=4 b:CLOVER_SWEEP_REPEAT=2 ft2b:${NB}_FULL_TILES=2,CLOVER_SWEEP_REPEAT=2"} \
+  3) # the next session: lean against the CPU, then the experts per op with it
+     export MODE_lean="${NB}_LEAN=1"
+     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="lean" \
+     EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" \
+     MODES="default lean" PERF_S=25 \
+     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),' \
+     BUDGET_S=300 bash bench/device/run.sh ;;
+  4) # the next session: 40 layers, the experiment's default with its loop simulations, lean, A and B
+     SWEEP=${SWEEP:-"lean:${NB}_LEAN=1 b:CLOVER_SWEEP_REPEAT=2 leanb:${NB}_LEAN=1,CLOVER_SWEEP_REPEAT=2"} \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
-  *) echo "call 1-3" >&2; exit 2 ;;
+  5) # the next session: the series' own libraries (its .devcarry) at 40 layers on the same machine
+     LAYERS=40 STAGES=build,gen,convert,baseline,clover BUDGET_S=500 bash bench/device/run.sh ;;
+  *) echo "call 1-5" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -15,18 +15,18 @@
 # and sp) was lost with its machine.
 #
 # Calls 3-5 are the next session's, for the experiment now in bench/device/experiments/ (unmeasured:
-# MUL_MAT_ID's units of one column tile in code of their own, "lean", GGML_CUDA_MMQ_NARROW_LEAN=1).
-# Build it here first: put its mmq-narrow.cu into build/llama-dev's tree (patches/build.py's
-# prepare_tree with the series plus the experiment), `ninja -C build/cuda-local ggml-cuda`, then
-# prepare.py --patch <each series patch> --patch <the experiment> --prebuilt build/cuda-local.
+# MUL_MAT_ID's units of one column tile, "lean" = GGML_CUDA_MMQ_NARROW_LEAN=1, or of one or two,
+# "lean2" = 2, in code of their own). Build and carry it with
+# `bash bench/device/prepare_experiment.sh bench/device/experiments/0114-*.patch` (then --restore).
 # With lean off the experiment's kernel is not the series' code (its row-block loop became a lambda;
-# ptxas spills differ), so call 5 times the series itself on the same, still-warm machine.
+# ptxas spills differ), so call 5 times the series itself on the same, still-warm machine: a
+# .devcarry of the series (prepare.py --prebuilt of the restored build) sent with that call.
 #   bash bench/device/session.sh 1   # (ran) the experiment against the CPU (MUL_MAT_ID_SMALL, _GLU),
 #                                    # the experts per op in each mode
 #   bash bench/device/session.sh 2   # (ran) ft2 against the CPU; the experts per op with it, with pf4
-#   bash bench/device/session.sh 3   # lean against the CPU; the experts per op with it
+#   bash bench/device/session.sh 3   # lean, lean2 against the CPU; the experts per op with them
 #   bash bench/device/session.sh 4   # 40 layers: upstream's step, the experiment's default with its
-#                                    # loop simulations, lean, each twice (A, B)
+#                                    # loop simulations, lean and lean2, A and B
 #   bash bench/device/session.sh 5   # 40 layers again from the series' own carry (prepare.py --prebuilt
 #                                    # of the series), upstream's step and the passes (a second .devcarry)
 set -u
@@ -55,15 +55,15 @@ case $call in
      MODES="default ft2 pf4 ft2pf4" PERF_S=20 \
      PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),' \
      BUDGET_S=330 bash bench/device/run.sh ;;
-  3) # the next session: lean against the CPU, then the experts per op with it
-     export MODE_lean="${NB}_LEAN=1"
-     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="lean" \
+  3) # the next session: lean and lean2 against the CPU, then the experts per op with them
+     export MODE_lean="${NB}_LEAN=1" MODE_lean2="${NB}_LEAN=2"
+     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="lean2" \
      EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" \
-     MODES="default lean" PERF_S=25 \
+     MODES="default lean lean2" PERF_S=25 \
      PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),' \
      BUDGET_S=300 bash bench/device/run.sh ;;
   4) # the next session: 40 layers, the experiment's default with its loop simulations, lean, A and B
-     SWEEP=${SWEEP:-"lean:${NB}_LEAN=1 b:CLOVER_SWEEP_REPEAT=2 leanb:${NB}_LEAN=1,CLOVER_SWEEP_REPEAT=2"} \
+     SWEEP=${SWEEP:-"lean:${NB}_LEAN=1 lean2:${NB}_LEAN=2 b:CLOVER_SWEEP_REPEAT=2 leanb:${NB}_LEAN=1,CLOVER_SWEEP_REPEAT=2 lean2b:${NB}_LEAN=2,CLOVER_SWEEP_REPEAT=2"} \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
   5) # the next session: the series' own libraries (its .devcarry) at 40 layers on the same machine
      LAYERS=40 STAGES=build,gen,convert,baseline,clover BUDGET_S=500 bash bench/device/run.sh ;;

@@ -6,8 +6,8 @@
 # $OUT/result.json, $OUT/run.log, $OUT/kernels.json and $OUT/all.tgz (the rest: op logs, Nsight CSVs,
 # stderr, notes), since the tool returns at most 8 files.
 #
-# Calls 1-2 ran on the series plus an experiment patch (in the repository at commit 28a3994 only,
-# bench/device/experiments/0114-*; prepare.py --patch for each series patch, the experiment last):
+# Calls 1-2 ran on the series plus an experiment patch (bench/device/experiments/0114-*, call 1's
+# form at commit 5bde425, call 2's at 28a3994; prepare.py --patch for each series patch, the experiment last):
 # MUL_MAT_ID's experts of at most 8 columns in a second launch of the 8-column instance ("sp",
 # GGML_CUDA_MMQ_NARROW_ID_SMALL=1), that instance at 3 CTAs per SM ("sp3", _ID8_CTAS=3: 80 registers
 # and spills), the L2 prefetch distance in steps ("pf4", _PF=4; 2 is the series'), and (call 2 only)

@@ -16,7 +16,8 @@
 #
 # Calls 3-5 are the next session's, for the experiment now in bench/device/experiments/ (unmeasured:
 # MUL_MAT_ID's units of one column tile, "lean" = GGML_CUDA_MMQ_NARROW_LEAN=1, or of one or two,
-# "lean2" = 2, in code of their own). Build and carry it with
+# "lean2" = 2, in code of their own; and for comparison in the same build the split measured in
+# call 1, "sp" = GGML_CUDA_MMQ_NARROW_ID_SMALL=1). Build and carry it with
 # `bash bench/device/prepare_experiment.sh bench/device/experiments/0114-*.patch` (then --restore).
 # With lean off the experiment's kernel is not the series' code (its row-block loop became a lambda;
 # ptxas spills differ), so call 5 times the series itself on the same, still-warm machine: a
@@ -24,7 +25,7 @@
 #   bash bench/device/session.sh 1   # (ran) the experiment against the CPU (MUL_MAT_ID_SMALL, _GLU),
 #                                    # the experts per op in each mode
 #   bash bench/device/session.sh 2   # (ran) ft2 against the CPU; the experts per op with it, with pf4
-#   bash bench/device/session.sh 3   # lean, lean2 against the CPU; the experts per op with them
+#   bash bench/device/session.sh 3   # lean2, sp against the CPU; the experts per op with lean, lean2, sp
 #   bash bench/device/session.sh 4   # 40 layers: upstream's step, the experiment's default with its
 #                                    # loop simulations, lean and lean2, A and B
 #   bash bench/device/session.sh 5   # 40 layers again from the series' own carry (prepare.py --prebuilt
@@ -55,13 +56,13 @@ case $call in
      MODES="default ft2 pf4 ft2pf4" PERF_S=20 \
      PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),' \
      BUDGET_S=330 bash bench/device/run.sh ;;
-  3) # the next session: lean and lean2 against the CPU, then the experts per op with them
-     export MODE_lean="${NB}_LEAN=1" MODE_lean2="${NB}_LEAN=2"
-     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="lean2" \
+  3) # the next session: lean2 and sp against the CPU, then the experts per op with lean, lean2, sp
+     export MODE_lean="${NB}_LEAN=1" MODE_lean2="${NB}_LEAN=2" MODE_sp="${NB}_ID_SMALL=1"
+     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="lean2 sp" \
      EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" \
-     MODES="default lean lean2" PERF_S=25 \
+     MODES="default lean lean2 sp" PERF_S=25 \
      PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),' \
-     BUDGET_S=300 bash bench/device/run.sh ;;
+     BUDGET_S=430 bash bench/device/run.sh ;;
   4) # the next session: 40 layers, the experiment's default with its loop simulations, lean, A and B
      SWEEP=${SWEEP:-"lean:${NB}_LEAN=1 lean2:${NB}_LEAN=2 b:CLOVER_SWEEP_REPEAT=2 leanb:${NB}_LEAN=1,CLOVER_SWEEP_REPEAT=2 lean2b:${NB}_LEAN=2,CLOVER_SWEEP_REPEAT=2"} \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;

@@ -14,24 +14,28 @@
 # a single column tile at compile time per step ("ft2", _FULL_TILES=2). Call 3 (40 layers with ft2
 # and sp) was lost with its machine.
 #
-# Calls 3-5 are the next session's, for the experiment now in bench/device/experiments/ (unmeasured:
-# MUL_MAT_ID's units of one column tile, "lean" = GGML_CUDA_MMQ_NARROW_LEAN=1, or of one or two,
-# "lean2" = 2, in code of their own; and for comparison in the same build the split measured in
-# call 1, "sp" = GGML_CUDA_MMQ_NARROW_ID_SMALL=1). Build and carry it with
-# `bash bench/device/prepare_experiment.sh bench/device/experiments/0114-*.patch` (then --restore).
-# With lean off the experiment's kernel is not the series' code (its row-block loop became a lambda;
-# ptxas spills differ), so call 5 times the series itself on the same, still-warm machine: a
-# .devcarry of the series (prepare.py --prebuilt of the restored build) sent with that call.
+# Calls 3-6 are the next session's, for the experiment now in bench/device/experiments/ (compiled
+# for sm_90, unmeasured), every variant a switch of one build:
+#   "lean" (GGML_CUDA_MMQ_NARROW_LEAN=1): MUL_MAT_ID's units of one column tile in code of their own;
+#   "lean2" (=2): of one or two tiles;
+#   "sp" (GGML_CUDA_MMQ_NARROW_ID_SMALL=1): the split of call 1, to compare against;
+#   "ks4", "ks8" (GGML_CUDA_MMQ_NARROW_DENSE_KSPLIT=4|8, with the int8 range from 2048 rows so that the
+#   2048x4096 output projections leave MMQ): MUL_MAT's K over 4 or 8 CTAs a row block, the last slice
+#   to finish adding the parts in order (deterministic), no fix-up kernel.
+# Build and carry it with `bash bench/device/prepare_experiment.sh bench/device/experiments/0114-*.patch`
+# (then --restore). With every switch off the kernel is not the series' code (its row-block loop
+# became a lambda; ptxas's spills differ), so call 6 times the series itself on the same, still-warm
+# machine, from a .devcarry of the series (prepare.py --prebuilt of the restored build).
 #   bash bench/device/session.sh 1   # (ran) the experiment against the CPU (MUL_MAT_ID_SMALL, _GLU),
 #                                    # the experts per op in each mode
 #   bash bench/device/session.sh 2   # (ran) ft2 against the CPU; the experts per op with it, with pf4
 #   bash bench/device/session.sh 3   # lean2, sp against the CPU; the experts per op with lean, lean2, sp
-#   bash bench/device/session.sh 4   # 40 layers: upstream's step, the experiment's default with its
-#                                    # loop simulations, lean and lean2, A and B
-#   bash bench/device/session.sh 5   # 40 layers again from the series' own carry (prepare.py --prebuilt
-#                                    # of the series), upstream's step and the passes (a second .devcarry)
+#   bash bench/device/session.sh 4   # the K split against the CPU (dense, from 16 rows); dense per op
+#   bash bench/device/session.sh 5   # 40 layers: upstream's step, the experiment's default with its
+#                                    # loop simulations, lean, lean2, ks4, A and B
+#   bash bench/device/session.sh 6   # 40 layers from the series' own carry: upstream's step, passes
 set -u
-call=${1:?which call: 1-5}
+call=${1:?which call: 1-6}
 WORK=${WORK:-/tmp/clover-dev}
 export QUANTS=q4_k_m GEN_LAYERS=8
 NB=GGML_CUDA_MMQ_NARROW
@@ -63,12 +67,25 @@ case $call in
      MODES="default lean lean2 sp" PERF_S=25 \
      PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),' \
      BUDGET_S=430 bash bench/device/run.sh ;;
-  4) # the next session: 40 layers, the experiment's default with its loop simulations, lean, A and B
-     SWEEP=${SWEEP:-"lean:${NB}_LEAN=1 lean2:${NB}_LEAN=2 b:CLOVER_SWEEP_REPEAT=2 leanb:${NB}_LEAN=1,CLOVER_SWEEP_REPEAT=2 lean2b:${NB}_LEAN=2,CLOVER_SWEEP_REPEAT=2"} \
+  4) # the next session: the dense K split against the CPU (every dense matmul of 9-32 columns from 16
+     # rows on the narrow kernel, split over 4 CTAs), then dense per op
+     I8="${NB}_DENSE_I8_MIN_ROWS=2048"
+     export MODE_ksc="${NB}_DENSE_KSPLIT=4 ${NB}_DENSE_MIN_ROWS=16 ${NB}_DENSE_I8_MIN_ROWS=16"
+     export MODE_i8="$I8" MODE_ks2="${NB}_DENSE_KSPLIT=2 $I8" MODE_ks4="${NB}_DENSE_KSPLIT=4 $I8" MODE_ks8="${NB}_DENSE_KSPLIT=8 $I8"
+     N932="n=(9|[12][0-9]|3[0-2]),"
+     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="ksc" EVAL_OPS=MUL_MAT,MUL_MAT_SMALL \
+     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,$N932" \
+     MODES="default i8 ks2 ks4 ks8" PERF_S=25 \
+     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|4096|2048),n=(16|32),k=(2048|4096),' \
+     BUDGET_S=330 bash bench/device/run.sh ;;
+  5) # the next session: 40 layers, the experiment's default with its loop simulations, then lean,
+     # lean2, ks4, A and B
+     KS4="${NB}_DENSE_KSPLIT=4,${NB}_DENSE_I8_MIN_ROWS=2048"
+     SWEEP=${SWEEP:-"lean:${NB}_LEAN=1 lean2:${NB}_LEAN=2 ks4:$KS4 b:CLOVER_SWEEP_REPEAT=2 lean2b:${NB}_LEAN=2,CLOVER_SWEEP_REPEAT=2 ks4b:$KS4,CLOVER_SWEEP_REPEAT=2"} \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
-  5) # the next session: the series' own libraries (its .devcarry) at 40 layers on the same machine
+  6) # the next session: the series' own libraries (its .devcarry) at 40 layers on the same machine
      LAYERS=40 STAGES=build,gen,convert,baseline,clover BUDGET_S=500 bash bench/device/run.sh ;;
-  *) echo "call 1-5" >&2; exit 2 ;;
+  *) echo "call 1-6" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -17,29 +17,25 @@ cd "$ROOT"
 PY=${PY:-.venv/bin/python}
 EXP=${1:?usage: prepare_experiment.sh EXPERIMENT.patch|--restore [BUILD_DIR]}
 BUILD=${2:-build/cuda-local}
-DEV=build/llama-dev/src/vendor/llama.cpp
-[ -d "$DEV" ] && [ -d "$BUILD" ] || { echo "no $DEV or $BUILD: see build_cuda_here.sh" >&2; exit 1; }
-SCRATCH=$(mktemp -d /tmp/clover-exp-XXXXXX)
-trap 'rm -rf "$SCRATCH"' EXIT
-
-patches=()
-for p in "$ROOT"/patches/*.patch; do patches+=("$p"); done
-[ "$EXP" = --restore ] || patches+=("$(realpath "$EXP")")
-"$PY" - "$SCRATCH" "${patches[@]}" <<'EOF'
-import sys, pathlib
-sys.path.insert(0, "patches")
-import build
-build.prepare_tree(pathlib.Path(sys.argv[1]), [pathlib.Path(p) for p in sys.argv[2:]])
+if [ "$EXP" = --restore ]; then EXP=""; else EXP=$(realpath "$EXP"); fi
+[ -d build/llama-dev/src ] && [ -d "$BUILD" ] || { echo "no build/llama-dev/src or $BUILD: see build_cuda_here.sh" >&2; exit 1; }
+# the series (+ the experiment) into the persistent tree as patches/build.py --dev does it: only
+# changed files are copied, so that ninja rebuilds only what they touch; prints the patches applied
+applied=$("$PY" - "$EXP" <<'EOF'
+import sys, tempfile
+from pathlib import Path
+from clover_patches import build
+patches = build.series() + ([Path(sys.argv[1])] if sys.argv[1] else [])
+with tempfile.TemporaryDirectory(prefix="clover-exp-") as tmp:
+    build.sync_tree(build.prepare_tree(Path(tmp), patches), build.DEV / "src")
+print("\n".join(str(p) for p in patches))
 EOF
-NEW="$SCRATCH/$(ls "$SCRATCH")/vendor/llama.cpp"
-d=$(diff -rq "$NEW" "$DEV" || true)
-! grep -v '^Files ' <<< "$d" | grep -q . || { echo "files only on one side:" >&2; grep -v '^Files ' <<< "$d" >&2; exit 1; }
-changed=$(awk '/^Files /{print $2}' <<< "$d" | sed "s#^$NEW/##")
-for f in $changed; do echo "  $f"; cp "$NEW/$f" "$DEV/$f"; done
+)
+mapfile -t patches <<< "$applied"
 ninja -C "$BUILD" llama
-if [ "$EXP" = --restore ]; then
-  echo "$DEV and $BUILD hold the series again"
+if [ -z "$EXP" ]; then
+  echo "build/llama-dev/src and $BUILD hold the series again"
 else
   args=(); for p in "${patches[@]}"; do args+=(--patch "$p"); done
-  PYTHONPATH=${PYTHONPATH:-} "$PY" bench/device/prepare.py "${args[@]}" --prebuilt "$BUILD"
+  "$PY" bench/device/prepare.py "${args[@]}" --prebuilt "$BUILD"
 fi

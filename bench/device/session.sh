@@ -42,31 +42,29 @@ NB=GGML_CUDA_MMQ_NARROW
 T0=$(date +%s)
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
+ID_PERF='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),'
+# the experts (MUL_MAT_ID_SMALL, _GLU) against the CPU in the modes $1, then their perf cases at 16-64
+# tokens (over 256 experts, coresets of 8 and 32) in the modes $2: PERF_S $3, BUDGET_S $4, PERF_FILTER
+# $5 (default ID_PERF)
+experts_ops() {
+  STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="$1" \
+  EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" \
+  MODES="$2" PERF_S=$3 BUDGET_S=$4 PERF_FILTER="${5:-$ID_PERF}" bash bench/device/run.sh
+}
 case $call in
   1) # (ran) the experiment against the CPU, then the experts per op (16-64 tokens over 256, coresets of
      # 8 and 32, gate + up + GLU) in each mode
      export MODE_sp="${NB}_ID_SMALL=1" MODE_sp3="${NB}_ID_SMALL=1 ${NB}_ID8_CTAS=3" MODE_pf4="${NB}_PF=4"
      export MODE_pf8="${NB}_PF=8" MODE_sp3pf4="${NB}_ID_SMALL=1 ${NB}_ID8_CTAS=3 ${NB}_PF=4"
-     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="sp3 pf8 sp" \
-     EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" \
-     MODES="default sp sp3 pf4 pf8 sp3pf4" PERF_S=25 \
-     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),|type=q4_K,glu_op=SWIGLU,m=(16|32),.*use_id=1' \
-     BUDGET_S=560 bash bench/device/run.sh ;;
+     # (its GLU alternative matched no perf case)
+     experts_ops "sp3 pf8 sp" "default sp sp3 pf4 pf8 sp3pf4" 25 560 "$ID_PERF|type=q4_K,glu_op=SWIGLU,m=(16|32),.*use_id=1" ;;
   2) # (ran) the single column tile at compile time (ft2) against the CPU, then the experts per op with it
      # and with the prefetch distance at 4 steps
      export MODE_ft2="${NB}_FULL_TILES=2" MODE_pf4="${NB}_PF=4" MODE_ft2pf4="${NB}_FULL_TILES=2 ${NB}_PF=4"
-     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="ft2" \
-     EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" \
-     MODES="default ft2 pf4 ft2pf4" PERF_S=20 \
-     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),' \
-     BUDGET_S=330 bash bench/device/run.sh ;;
+     experts_ops ft2 "default ft2 pf4 ft2pf4" 20 330 ;;
   3) # the next session: lean2 and sp against the CPU, then the experts per op with lean, lean2, sp
      export MODE_lean="${NB}_LEAN=1" MODE_lean2="${NB}_LEAN=2" MODE_sp="${NB}_ID_SMALL=1"
-     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="lean2 sp" \
-     EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" \
-     MODES="default lean lean2 sp" PERF_S=25 \
-     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),' \
-     BUDGET_S=430 bash bench/device/run.sh ;;
+     experts_ops "lean2 sp" "default lean lean2 sp" 25 430 ;;
   4) # the next session: the dense K split against the CPU (every dense matmul of 9-32 columns from 16
      # rows on the narrow kernel, split over 4 CTAs), then dense per op
      I8="${NB}_DENSE_I8_MIN_ROWS=2048"

@@ -125,3 +125,20 @@ def test_a_gate_up_glu_case_reads_as_two_matrices(
     (row,) = json.loads((tmp_path / "kernels.json").read_text())["ops"]
     assert row["short"] == short and row["default_us"] == 61.5
     assert abs(row["floor_us"] - weights / 4.8e12 * 1e6) < 1e-6
+
+
+def test_an_op_other_than_a_matmul_has_a_row_and_a_check(tmp_path: Path) -> None:
+    shape = "head_count=16,head_size=128,n_seq_tokens=32,n_seqs=1,v_repeat=2"
+    gdn = f"GATED_DELTA_NET(type=f32,{shape},permuted=0,kda=0,K=1)"
+    line = f"  {gdn}: \x1b[1;32m  8000 runs -   {{us:.2f}} us/run -  1024 kB/run\x1b[0m\n"
+    (tmp_path / "tbo-perf-default.log").write_text(line.format(us=9.5))
+    (tmp_path / "tbo-perf-gdn0.log").write_text(line.format(us=28.0))
+    (tmp_path / "tbo-eval-default.log").write_text(f"  {gdn}: OK\n")
+    out = tmp_path / "kernels.json"
+    assert kernels_table.main([str(tmp_path), "--out", str(out)]) == 0
+
+    res = json.loads(out.read_text())
+    (row,) = res["ops"]
+    assert (row["default_us"], row["gdn0_us"], row["floor_us"]) == (9.5, 28.0, None)
+    assert row["short"] == "gated_delta_net " + shape.replace(",", " ") + " K=1"
+    assert res["checks"]["eval-default"] == {"cases": 1, "failed": 0, "failed_cases": []}

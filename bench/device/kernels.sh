@@ -39,6 +39,8 @@
 #             e.g. add upstream's MUL_MAT,MUL_MAT_ID for a change to every MMQ launch; on the H200
 #             MUL_MAT_ID_SMALL with MUL_MAT_ID_SMALL_GLU, 692 cases, take about 150 s a mode, the
 #             dense and 9-64-column cases of MUL_MAT_SMALL, MUL_MAT and MUL_MAT_ID_SMALL about 45 s)
+#   PERF_OPS   the ops the perf stage times (default MUL_MAT_ID_SMALL,MUL_MAT_SMALL and the two _GLU ops;
+#             e.g. add GATED_DELTA_NET, whose perf cases at the model's head shape the cases patch adds)
 #   EVAL_WIDE  0: no eval of the wide paths (default 1)
 #   EVAL_FILTER, PERF_FILTER  test-backend-ops -p regexes on the cases' parameters (default: all)
 #   MODE_<tag>  "VAR=V ..." : a mode of its own for MODES / PASS_MODES, e.g. MODE_kw8="GGML_CUDA_MMQ_NARROW_KW=8"
@@ -210,7 +212,7 @@ if [ -x "$TBO" ]; then
   if want perf; then
     for mode in $MODES; do
       if (( $(left) < PERF_S + 10 )); then skip "perf-$mode" "too little time left ($(left) s)"; continue; fi
-      tbo perf-$mode "$PERF_S" $(mode_env $mode) "$TBO" perf -b $BACKEND -o "$OPS,$GLU_OPS" ${PERF_FILTER:+-p "$PERF_FILTER"}
+      tbo perf-$mode "$PERF_S" $(mode_env $mode) "$TBO" perf -b $BACKEND -o "${PERF_OPS:-$OPS,$GLU_OPS}" ${PERF_FILTER:+-p "$PERF_FILTER"}
     done
   fi
 else

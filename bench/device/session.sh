@@ -22,7 +22,17 @@
 #   "ks4", "ks8" (GGML_CUDA_MMQ_NARROW_DENSE_KSPLIT=4|8, with the int8 range from 2048 rows so that the
 #   2048x4096 output projections leave MMQ): MUL_MAT's K over 4 or 8 CTAs a row block, the last slice
 #   to finish adding the parts in order (deterministic), no fix-up kernel.
-# Build and carry it with `bash bench/device/prepare_experiment.sh bench/device/experiments/0114-*.patch`
+# The same build carries a second experiment, bench/device/experiments/0115-* (compiled for sm_90,
+# unmeasured): gated delta net of several tokens with each chunk of 32 tokens' q, k, gates and v
+# columns staged in shared memory ("gdn0", GGML_CUDA_GDN_STAGED=0, is the token-by-token kernel;
+# the results are meant to be bit for bit the same). It moves every pass with causal rows (commit,
+# fused, verifications, prompts), not the preview, and not the 1-token step.
+# A third, bench/device/experiments/0116-* (libllama; checked on the CPU here: the same outputs bit for
+# bit), takes four copies a GDN layer out of the preview's graph: q and k normalized from their
+# permuted rows, the right conv taps padded from a strided view, the block's output handed to the gated
+# norm as a strided view ("conts", LLAMA_CLOVER_PREVIEW_CONTS=1, keeps them). It moves the preview and
+# the fused pass.
+# Build and carry the three with `bash bench/device/prepare_experiment.sh bench/device/experiments/011[456]-*.patch`
 # (then --restore). With every switch off the kernel is not the series' code (its row-block loop
 # became a lambda; ptxas's spills differ), so call 6 times the series itself on the same, still-warm
 # machine, from a .devcarry of the series (prepare.py --prebuilt of the restored build).
@@ -30,10 +40,13 @@
 #                                    # the experts per op in each mode
 #   bash bench/device/session.sh 2   # (ran) ft2 against the CPU; the experts per op with it, with pf4
 #   bash bench/device/session.sh 3   # lean2, sp against the CPU; the experts per op with lean, lean2, sp
-#   bash bench/device/session.sh 4   # the K split against the CPU (dense, from 16 rows); dense per op
+#   bash bench/device/session.sh 4   # the K split and the staged gated delta net against the CPU;
+#                                    # dense and gated delta net per op (gdn0: the token-by-token kernel)
 #   bash bench/device/session.sh 5   # 40 layers: upstream's step, the experiment's default with its
-#                                    # loop simulations, lean, lean2, ks4, A and B
+#                                    # loop simulations, gdn0, conts, lean2, ks4, A and B
 #   bash bench/device/session.sh 6   # 40 layers from the series' own carry: upstream's step, passes
+# Calls 3-6 ask for about 1900 s with a cold start, more than a session's 1800: call 6 is the one to
+# drop or shorten (its point is the series' code against the experiment's default).
 set -u
 call=${1:?which call: 1-6}
 WORK=${WORK:-/tmp/clover-dev}
@@ -66,20 +79,24 @@ case $call in
      export MODE_lean="${NB}_LEAN=1" MODE_lean2="${NB}_LEAN=2" MODE_sp="${NB}_ID_SMALL=1"
      experts_ops "lean2 sp" "default lean lean2 sp" 25 430 ;;
   4) # the next session: the dense K split against the CPU (every dense matmul of 9-32 columns from 16
-     # rows on the narrow kernel, split over 4 CTAs), then dense per op
+     # rows on the narrow kernel, split over 4 CTAs) and the staged gated delta net (on in every mode but
+     # gdn0: all of upstream's cases and the patch's at the model's head shape), then dense and gated
+     # delta net per op
      I8="${NB}_DENSE_I8_MIN_ROWS=2048"
      export MODE_ksc="${NB}_DENSE_KSPLIT=4 ${NB}_DENSE_MIN_ROWS=16 ${NB}_DENSE_I8_MIN_ROWS=16"
      export MODE_i8="$I8" MODE_ks2="${NB}_DENSE_KSPLIT=2 $I8" MODE_ks4="${NB}_DENSE_KSPLIT=4 $I8" MODE_ks8="${NB}_DENSE_KSPLIT=8 $I8"
+     export MODE_gdn0="GGML_CUDA_GDN_STAGED=0"
      N932="n=(9|[12][0-9]|3[0-2]),"
-     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="ksc" EVAL_OPS=MUL_MAT,MUL_MAT_SMALL \
-     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,$N932" \
-     MODES="default i8 ks2 ks4 ks8" PERF_S=25 \
-     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|4096|2048),n=(16|32),k=(2048|4096),' \
-     BUDGET_S=330 bash bench/device/run.sh ;;
-  5) # the next session: 40 layers, the experiment's default with its loop simulations, then lean,
-     # lean2, ks4, A and B
+     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="ksc" EVAL_OPS=MUL_MAT,MUL_MAT_SMALL,GATED_DELTA_NET \
+     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,$N932|head_count=" \
+     MODES="default gdn0 i8 ks2 ks4 ks8" PERF_S=25 PERF_OPS=MUL_MAT_SMALL,GATED_DELTA_NET \
+     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|4096|2048),n=(16|32),k=(2048|4096),|head_count=16,head_size=128,' \
+     BUDGET_S=370 bash bench/device/run.sh ;;
+  5) # the next session: 40 layers, the experiment's default with its loop simulations, then gdn0,
+     # conts, lean2, ks4, A and B (what does not fit in the budget is skipped: reorder after calls 3-4)
      KS4="${NB}_DENSE_KSPLIT=4,${NB}_DENSE_I8_MIN_ROWS=2048"
-     SWEEP=${SWEEP:-"lean:${NB}_LEAN=1 lean2:${NB}_LEAN=2 ks4:$KS4 b:CLOVER_SWEEP_REPEAT=2 lean2b:${NB}_LEAN=2,CLOVER_SWEEP_REPEAT=2 ks4b:$KS4,CLOVER_SWEEP_REPEAT=2"} \
+     R2=CLOVER_SWEEP_REPEAT=2 GDN0=GGML_CUDA_GDN_STAGED=0 CONTS=LLAMA_CLOVER_PREVIEW_CONTS=1
+     SWEEP=${SWEEP:-"gdn0:$GDN0 conts:$CONTS lean2:${NB}_LEAN=2 ks4:$KS4 b:$R2 gdn0b:$GDN0,$R2 contsb:$CONTS,$R2 lean2b:${NB}_LEAN=2,$R2 ks4b:$KS4,$R2"} \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
   6) # the next session: the series' own libraries (its .devcarry) at 40 layers on the same machine
      LAYERS=40 STAGES=build,gen,convert,baseline,clover BUDGET_S=500 bash bench/device/run.sh ;;

@@ -28,10 +28,10 @@
 # the results are meant to be bit for bit the same). It moves every pass with causal rows (commit,
 # fused, verifications, prompts), not the preview, and not the 1-token step.
 # A third, bench/device/experiments/0116-* (libllama; checked on the CPU here: the same outputs bit for
-# bit), takes four copies a GDN layer out of the preview's graph: q and k normalized from their
-# permuted rows, the right conv taps padded from a strided view, the block's output handed to the gated
-# norm as a strided view ("conts", LLAMA_CLOVER_PREVIEW_CONTS=1, keeps them). It moves the preview and
-# the fused pass.
+# bit), takes four copies and a repeat a GDN layer out of the preview's graph: q and k normalized from
+# their permuted rows, the right conv taps padded from a strided view, q.k over the repeated queries,
+# the block's output handed to the gated norm as a strided view ("conts", LLAMA_CLOVER_PREVIEW_CONTS=1,
+# keeps them). It moves the preview and the fused pass.
 # Build and carry the three with `bash bench/device/prepare_experiment.sh bench/device/experiments/011[456]-*.patch`
 # (then --restore). With every switch off the kernel is not the series' code (its row-block loop
 # became a lambda; ptxas's spills differ), so call 6 times the series itself on the same, still-warm

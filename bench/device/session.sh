@@ -79,18 +79,18 @@ case $call in
      export MODE_lean="${NB}_LEAN=1" MODE_lean2="${NB}_LEAN=2" MODE_sp="${NB}_ID_SMALL=1"
      experts_ops "lean2 sp" "default lean lean2 sp" 25 430 ;;
   4) # the next session: the dense K split against the CPU (every dense matmul of 9-32 columns from 16
-     # rows on the narrow kernel, split over 4 CTAs) and the staged gated delta net (on in every mode but
-     # gdn0: all of upstream's cases and the patch's at the model's head shape), then dense and gated
-     # delta net per op
+     # rows on the narrow kernel, split over 4 CTAs), the staged gated delta net (on in every mode but
+     # gdn0: all of upstream's cases and the patch's at the model's head shape) and 0116's q.k (F32, the
+     # keys broadcast over dim 3), then dense, gated delta net and that q.k per op
      I8="${NB}_DENSE_I8_MIN_ROWS=2048"
      export MODE_ksc="${NB}_DENSE_KSPLIT=4 ${NB}_DENSE_MIN_ROWS=16 ${NB}_DENSE_I8_MIN_ROWS=16"
      export MODE_i8="$I8" MODE_ks2="${NB}_DENSE_KSPLIT=2 $I8" MODE_ks4="${NB}_DENSE_KSPLIT=4 $I8" MODE_ks8="${NB}_DENSE_KSPLIT=8 $I8"
      export MODE_gdn0="GGML_CUDA_GDN_STAGED=0"
      N932="n=(9|[12][0-9]|3[0-2]),"
      STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="ksc" EVAL_OPS=MUL_MAT,MUL_MAT_SMALL,GATED_DELTA_NET \
-     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,$N932|head_count=" \
+     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,$N932|head_count=|nr=\[1,2\]" \
      MODES="default gdn0 i8 ks2 ks4 ks8" PERF_S=25 PERF_OPS=MUL_MAT_SMALL,GATED_DELTA_NET \
-     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|4096|2048),n=(16|32),k=(2048|4096),|head_count=16,head_size=128,' \
+     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|4096|2048),n=(16|32),k=(2048|4096),|head_count=16,head_size=128,|nr=\[1,2\]' \
      BUDGET_S=370 bash bench/device/run.sh ;;
   5) # the next session: 40 layers, the experiment's default with its loop simulations, then gdn0,
      # conts, lean2, ks4, A and B (what does not fit in the budget is skipped: reorder after calls 3-4)

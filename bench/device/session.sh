@@ -32,7 +32,12 @@
 # their permuted rows, the right conv taps padded from a strided view, q.k over the repeated queries,
 # the block's output handed to the gated norm as a strided view ("conts", LLAMA_CLOVER_PREVIEW_CONTS=1,
 # keeps them). It moves the preview and the fused pass.
-# Build and carry the three with `bash bench/device/prepare_experiment.sh bench/device/experiments/011[456]-*.patch`
+# A fourth, bench/device/experiments/0117-* (CUDA), runs a block's expert coreset, twenty small nodes a MoE
+# layer from the router softmax to logits + log(keep), as one kernel ("cs0", GGML_CUDA_CLOVER_CORESET_FUSION=0,
+# runs them one by one). It moves previews with the coreset on (the default, and the forced sizes of the
+# coreset goal): at 40 layers a preview forced to keep all 256 experts cost 1.1-1.6 ms more than one
+# without the coreset (2026-12-04 19:17), which is about what those 800 launches cost.
+# Build and carry the four with `bash bench/device/prepare_experiment.sh bench/device/experiments/011[4567]-*.patch`
 # (then --restore). With every switch off the kernel is not the series' code (its row-block loop
 # became a lambda; ptxas's spills differ), so call 6 times the series itself on the same, still-warm
 # machine, from a .devcarry of the series (prepare.py --prebuilt of the restored build).
@@ -40,15 +45,16 @@
 #                                    # the experts per op in each mode
 #   bash bench/device/session.sh 2   # (ran) ft2 against the CPU; the experts per op with it, with pf4
 #   bash bench/device/session.sh 3   # lean2, sp against the CPU; the experts per op with lean, lean2, sp
-#   bash bench/device/session.sh 4   # the K split and the staged gated delta net against the CPU;
-#                                    # dense and gated delta net per op (gdn0: the token-by-token kernel)
+#   bash bench/device/session.sh 4   # the K split, the staged gated delta net and the coreset kernel
+#                                    # against the CPU; per op (gdn0, cs0: without them)
 #   bash bench/device/session.sh 5   # 40 layers: upstream's step, the experiment's default with its
-#                                    # loop simulations, gdn0, conts, lean2, ks4, A and B
+#                                    # loop simulations, cs0, gdn0, conts, A and B
+#   bash bench/device/session.sh 7   # (warm, after 5) 40 layers: lean2, ks4, A and B
 #   bash bench/device/session.sh 6   # 40 layers from the series' own carry: upstream's step, passes
-# Calls 3-6 ask for about 1900 s with a cold start, more than a session's 1800: call 6 is the one to
-# drop or shorten (its point is the series' code against the experiment's default).
+# Calls 3-7 ask for about 2200 s with a cold start, more than a session's 1800: drop call 6 first (its
+# point is the series' code against the experiment's default), then call 7 or 3.
 set -u
-call=${1:?which call: 1-6}
+call=${1:?which call: 1-7}
 WORK=${WORK:-/tmp/clover-dev}
 export QUANTS=q4_k_m GEN_LAYERS=8
 NB=GGML_CUDA_MMQ_NARROW
@@ -85,22 +91,26 @@ case $call in
      I8="${NB}_DENSE_I8_MIN_ROWS=2048"
      export MODE_ksc="${NB}_DENSE_KSPLIT=4 ${NB}_DENSE_MIN_ROWS=16 ${NB}_DENSE_I8_MIN_ROWS=16"
      export MODE_i8="$I8" MODE_ks2="${NB}_DENSE_KSPLIT=2 $I8" MODE_ks4="${NB}_DENSE_KSPLIT=4 $I8" MODE_ks8="${NB}_DENSE_KSPLIT=8 $I8"
-     export MODE_gdn0="GGML_CUDA_GDN_STAGED=0"
+     export MODE_gdn0="GGML_CUDA_GDN_STAGED=0" MODE_cs0="GGML_CUDA_CLOVER_CORESET_FUSION=0"
      N932="n=(9|[12][0-9]|3[0-2]),"
-     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="ksc" EVAL_OPS=MUL_MAT,MUL_MAT_SMALL,GATED_DELTA_NET \
-     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,$N932|head_count=|nr=\[1,2\]" \
-     MODES="default gdn0 i8 ks2 ks4 ks8" PERF_S=25 PERF_OPS=MUL_MAT_SMALL,GATED_DELTA_NET \
-     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|4096|2048),n=(16|32),k=(2048|4096),|head_count=16,head_size=128,|nr=\[1,2\]' \
-     BUDGET_S=370 bash bench/device/run.sh ;;
-  5) # the next session: 40 layers, the experiment's default with its loop simulations, then gdn0,
-     # conts, lean2, ks4, A and B (what does not fit in the budget is skipped: reorder after calls 3-4)
-     KS4="${NB}_DENSE_KSPLIT=4,${NB}_DENSE_I8_MIN_ROWS=2048"
-     R2=CLOVER_SWEEP_REPEAT=2 GDN0=GGML_CUDA_GDN_STAGED=0 CONTS=LLAMA_CLOVER_PREVIEW_CONTS=1
-     SWEEP=${SWEEP:-"gdn0:$GDN0 conts:$CONTS lean2:${NB}_LEAN=2 ks4:$KS4 b:$R2 gdn0b:$GDN0,$R2 contsb:$CONTS,$R2 lean2b:${NB}_LEAN=2,$R2 ks4b:$KS4,$R2"} \
+     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="ksc" \
+     EVAL_OPS=MUL_MAT,MUL_MAT_SMALL,GATED_DELTA_NET,MOE_CORESET \
+     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,$N932|head_count=|nr=\[1,2\]|n_expert=" \
+     MODES="default gdn0 cs0 i8 ks2 ks4 ks8" PERF_S=25 PERF_OPS=MUL_MAT_SMALL,GATED_DELTA_NET,MOE_CORESET \
+     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|4096|2048),n=(16|32),k=(2048|4096),|head_count=16,head_size=128,|nr=\[1,2\]|n_expert=' \
+     BUDGET_S=400 bash bench/device/run.sh ;;
+  5) # the next session: 40 layers, the experiment's default with its loop simulations, then cs0, gdn0,
+     # conts, A and B (what does not fit in the budget is skipped: reorder after calls 3-4)
+     R2=CLOVER_SWEEP_REPEAT=2 CS0=GGML_CUDA_CLOVER_CORESET_FUSION=0 GDN0=GGML_CUDA_GDN_STAGED=0 CONTS=LLAMA_CLOVER_PREVIEW_CONTS=1
+     SWEEP=${SWEEP:-"cs0:$CS0 gdn0:$GDN0 conts:$CONTS b:$R2 cs0b:$CS0,$R2 gdn0b:$GDN0,$R2 contsb:$CONTS,$R2"} \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
+  7) # the next session, warm after call 5: 40 layers, lean2 and ks4, A and B
+     KS4="${NB}_DENSE_KSPLIT=4,${NB}_DENSE_I8_MIN_ROWS=2048" R2=CLOVER_SWEEP_REPEAT=2
+     SWEEP=${SWEEP:-"lean2:${NB}_LEAN=2 ks4:$KS4 lean2b:${NB}_LEAN=2,$R2 ks4b:$KS4,$R2"} \
+       LAYERS=40 STAGES=build,gen,convert,sweep BUDGET_S=400 bash bench/device/run.sh ;;
   6) # the next session: the series' own libraries (its .devcarry) at 40 layers on the same machine
      LAYERS=40 STAGES=build,gen,convert,baseline,clover BUDGET_S=500 bash bench/device/run.sh ;;
-  *) echo "call 1-6" >&2; exit 2 ;;
+  *) echo "call 1-7" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

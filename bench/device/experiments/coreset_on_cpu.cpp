@@ -1,6 +1,5 @@
 // Experiment 0117 (a block's expert coreset as one CUDA kernel) checked without a GPU. The kernel's source, cut out
-// of the patched topk-moe.cu by coreset_on_cpu.sh, runs with one host thread per CUDA thread (barriers for
-// __syncthreads and __syncwarp, a per-warp exchange buffer for the shuffles), on the graph of test-backend-ops'
+// of the patched topk-moe.cu by on_cpu.sh, runs on host threads (cuda_on_host.h), on the graph of test-backend-ops'
 // MOE_CORESET case (kernels-test-cases.patch: the construction as clover-moe builds it), computed by ggml's CPU
 // backend; the matcher, cut out the same way, must find the construction in that graph. Every element of the
 // kernel's output must equal the graph's logits + log(keep).
@@ -11,59 +10,13 @@
 #include "ggml-cpu.h"
 #include "ggml-impl.h"
 
-#include <barrier>
-#include <memory>
 #include <random>
-#include <thread>
 
 #include "coreset-match.inc"
 
-// ---- the CUDA names the kernel uses, on host threads --------------------------------------------------------------
-static thread_local int                            tl_thread;
-static int                                         g_threads;
-static std::unique_ptr<std::barrier<>>             g_block_barrier;
-static std::vector<std::unique_ptr<std::barrier<>>> g_warp_barriers;
-static std::vector<float>                          g_exchange_f;
-static std::vector<int>                            g_exchange_i;
-static std::vector<float>                          g_smem;
+#include "cuda_on_host.h"
 
-struct thread_dim {
-    int x;
-};
-#define threadIdx (thread_dim{ tl_thread })
-#define blockDim  (thread_dim{ g_threads })
-#define __syncthreads() g_block_barrier->arrive_and_wait()
-#define __syncwarp()    g_warp_barriers[tl_thread / 32]->arrive_and_wait()
-#define ggml_cuda_pdl_sync()
-static int min(int a, int b) { return a < b ? a : b; }
-
-template <typename T> static T exchange(std::vector<T> & buf, T v, int src_lane) {
-    const int warp = tl_thread / 32;
-    buf[tl_thread] = v;
-    g_warp_barriers[warp]->arrive_and_wait();
-    const T r = buf[warp * 32 + src_lane];
-    g_warp_barriers[warp]->arrive_and_wait();
-    return r;
-}
-static float __shfl_xor_sync(unsigned, float v, int offset) { return exchange(g_exchange_f, v, (tl_thread % 32) ^ offset); }
-static int   __shfl_xor_sync(unsigned, int v, int offset) { return exchange(g_exchange_i, v, (tl_thread % 32) ^ offset); }
-static float __shfl_sync(unsigned, float v, int src_lane) { return exchange(g_exchange_f, v, src_lane); }
-static float __shfl_up_sync(unsigned, float v, int offset) {
-    const int lane = tl_thread % 32;
-    return exchange(g_exchange_f, v, lane >= offset ? lane - offset : lane);
-}
-static float warp_reduce_max(float x) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, offset));
-    }
-    return x;
-}
-static float warp_reduce_sum(float x) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        x += __shfl_xor_sync(0xffffffff, x, offset);
-    }
-    return x;
-}
+static std::vector<float> g_smem; // the kernel's dynamic shared memory
 
 #include "coreset-kernel.inc"
 
@@ -111,28 +64,12 @@ int main() {
                 continue;
             }
 
-            g_threads = MOE_CORESET_WARPS * 32;
             g_smem.assign(moe_coreset_smem((int) c.n_expert, (int) c.n_rows, match.k) / sizeof(float) + 1, 0.0f);
-            g_block_barrier = std::make_unique<std::barrier<>>(g_threads);
-            g_warp_barriers.clear();
-            for (int w = 0; w < MOE_CORESET_WARPS; w++) {
-                g_warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
-            }
-            g_exchange_f.assign(g_threads, 0.0f);
-            g_exchange_i.assign(g_threads, 0);
-            std::vector<float>       dst(ggml_nelements(add));
-            std::vector<std::thread> threads;
-            for (int t = 0; t < g_threads; t++) {
-                threads.emplace_back([&, t] {
-                    tl_thread = t;
-                    moe_coreset_f32((const float *) logits->data, logits->nb[1] / sizeof(float), dst.data(),
-                                    (int) c.n_expert, (int) c.n_rows, match.k, match.top_p, match.size,
-                                    moe_coreset_pow2((int) c.n_expert));
-                });
-            }
-            for (std::thread & t : threads) {
-                t.join();
-            }
+            std::vector<float> dst(ggml_nelements(add));
+            cuda_on_host::launch({ 1, 1, 1 }, { MOE_CORESET_WARPS * 32, 1, 1 }, [&] {
+                moe_coreset_f32((const float *) logits->data, logits->nb[1] / sizeof(float), dst.data(), (int) c.n_expert,
+                                (int) c.n_rows, match.k, match.top_p, match.size, moe_coreset_pow2((int) c.n_expert));
+            });
             int differ = 0, kept = 0;
             for (size_t i = 0; i < dst.size(); i++) {
                 const float want = ((const float *) add->data)[i];

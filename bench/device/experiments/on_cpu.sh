@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The CUDA experiments of this folder checked on a machine without a GPU: each kernel's own source, cut out of the
+# series + the experiment, runs on host threads (cuda_on_host.h) against ggml's CPU backend (the venv's llama_cpp
+# libraries, the patched tree's headers).
+#   coreset (0117): coreset_on_cpu.cpp, the coreset kernel and its matcher on test-backend-ops' MOE_CORESET graphs;
+#   gdn (0115):     gdn_on_cpu.cpp, the staged gated delta net against the token-by-token kernel and the CPU.
+#
+#   bash bench/device/experiments/on_cpu.sh [coreset|gdn|all]     (default all; about a minute each; exit 1: a case failed)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+cd "$ROOT"
+PY=${PY:-.venv/bin/python}
+WHICH=${1:-all}
+E=bench/device/experiments
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+V=$("$PY" - "$T" <<'PYEOF'
+import sys
+from pathlib import Path
+from clover_patches import build
+exps = [p.resolve() for n in ("0115", "0117") for p in sorted(Path("bench/device/experiments").glob(f"{n}-*.patch"))]
+print(build.prepare_tree(Path(sys.argv[1]) / "tree", build.series() + exps) / build.VENDOR)
+PYEOF
+)
+patch -d "$V" -p1 --forward --batch --quiet < bench/device/kernels-test-cases.patch
+C=$V/ggml/src/ggml-cuda
+LIB=$("$PY" -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / "lib")')
+compile_and_run() { # $1: the program's source
+  g++ -std=c++20 -O1 -w -I"$T" -I"$E" -I"$V/ggml/include" -I"$V/ggml/src" -I"$V/tests" "$1" \
+      -L"$LIB" -lggml-base -lggml -lggml-cpu -Wl,-rpath,"$LIB" -pthread -o "$T/check"
+  "$T/check"
+}
+cut_failed() { echo "could not cut $1 out of $C" >&2; exit 2; }
+rc=0
+if [ "$WHICH" = all ] || [ "$WHICH" = coreset ]; then
+  sed -n '/^struct ggml_cuda_moe_coreset_match {/,/^};/p' "$C/topk-moe.cuh" > "$T/coreset-match.inc"
+  sed -n -e '/^#define MOE_CORESET_WARPS/,/^#define MOE_CORESET_SMEM_MAX/p' -e '/^static int moe_coreset_pow2/,/^}/p' \
+      -e '/^static size_t moe_coreset_smem/,/^}/p' -e '/^static bool moe_coreset_is_view/,/^}/p' \
+      -e '/^bool ggml_cuda_match_moe_coreset(/,/^}/p' "$C/topk-moe.cu" >> "$T/coreset-match.inc"
+  # the kernel as a host function, its dynamic shared memory a buffer
+  sed -n '/^static __global__ void __launch_bounds__(MOE_CORESET_WARPS \* WARP_SIZE, 1)/,/^}/p' "$C/topk-moe.cu" |
+      sed -e '1s/^static __global__ void __launch_bounds__(MOE_CORESET_WARPS \* WARP_SIZE, 1)/static void/' \
+          -e 's/^    extern __shared__ float smem\[\];/    float * smem = g_smem.data();/' > "$T/coreset-kernel.inc"
+  grep -q 'ggml_cuda_match_moe_coreset' "$T/coreset-match.inc" && grep -q 'g_smem.data()' "$T/coreset-kernel.inc" ||
+      cut_failed "the coreset's matcher or kernel"
+  compile_and_run "$E/coreset_on_cpu.cpp" || rc=1
+fi
+if [ "$WHICH" = all ] || [ "$WHICH" = gdn ]; then
+  sed -n -e '/^template <int S_v, bool KDA, bool keep_rs_t>/,/^template <bool KDA, bool keep_rs_t>/{/^template <bool KDA, bool keep_rs_t>/!p}' \
+      -e '/^#define GDN_STAGE_TOKENS/,/^template <bool keep_rs_t>/{/^template <bool keep_rs_t>/!p}' \
+      "$C/gated_delta_net.cu" > "$T/gdn-kernels.inc"
+  grep -q 'gated_delta_net_staged_cuda' "$T/gdn-kernels.inc" || cut_failed "the gated delta net kernels"
+  compile_and_run "$E/gdn_on_cpu.cpp" || rc=1
+fi
+exit $rc

@@ -70,6 +70,19 @@ experts_ops() {
   EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" \
   MODES="$2" PERF_S=$3 BUDGET_S=$4 PERF_FILTER="${5:-$ID_PERF}" bash bench/device/run.sh
 }
+# a new kernel (0115, 0117) whose cases failed against the CPU in call 4, or did not finish there, stays off in
+# the 40-layer calls that follow on the warm machine, so that a bad kernel costs its A/B and not the call
+guard_new_kernels() {
+  local log=$WORK/ops/logs/tbo-eval-ksc.log pair op var
+  [ -f "$log" ] || return 0
+  for pair in MOE_CORESET:GGML_CUDA_CLOVER_CORESET_FUSION GATED_DELTA_NET:GGML_CUDA_GDN_STAGED; do
+    op=${pair%%:*} var=${pair#*:}
+    if grep -aq "$op(.*FAIL" "$log" || ! grep -aq "$op(.*OK" "$log"; then
+      export "$var=0"
+      mkdir -p "$OUT" && echo "session.sh: $op failed or did not finish its check in call 4: $var=0" | tee -a "$OUT/guard.txt"
+    fi
+  done
+}
 case $call in
   1) # (ran) the experiment against the CPU, then the experts per op (16-64 tokens over 256, coresets of
      # 8 and 32, gate + up + GLU) in each mode
@@ -101,10 +114,12 @@ case $call in
      BUDGET_S=400 bash bench/device/run.sh ;;
   5) # the next session: 40 layers, the experiment's default with its loop simulations, then cs0, gdn0,
      # conts, A and B (what does not fit in the budget is skipped: reorder after calls 3-4)
+     guard_new_kernels
      R2=CLOVER_SWEEP_REPEAT=2 CS0=GGML_CUDA_CLOVER_CORESET_FUSION=0 GDN0=GGML_CUDA_GDN_STAGED=0 CONTS=LLAMA_CLOVER_PREVIEW_CONTS=1
      SWEEP=${SWEEP:-"cs0:$CS0 gdn0:$GDN0 conts:$CONTS b:$R2 cs0b:$CS0,$R2 gdn0b:$GDN0,$R2 contsb:$CONTS,$R2"} \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
   7) # the next session, warm after call 5: 40 layers, lean2 and ks4, A and B
+     guard_new_kernels
      KS4="${NB}_DENSE_KSPLIT=4,${NB}_DENSE_I8_MIN_ROWS=2048" R2=CLOVER_SWEEP_REPEAT=2
      SWEEP=${SWEEP:-"lean2:${NB}_LEAN=2 ks4:$KS4 lean2b:${NB}_LEAN=2,$R2 ks4b:$KS4,$R2"} \
        LAYERS=40 STAGES=build,gen,convert,sweep BUDGET_S=400 bash bench/device/run.sh ;;

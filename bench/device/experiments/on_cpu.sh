@@ -3,9 +3,10 @@
 # series + the experiment, runs on host threads (cuda_on_host.h) against ggml's CPU backend (the venv's llama_cpp
 # libraries, the patched tree's headers).
 #   coreset (0117): coreset_on_cpu.cpp, the coreset kernel and its matcher on test-backend-ops' MOE_CORESET graphs;
-#   gdn (0115):     gdn_on_cpu.cpp, the staged gated delta net against the token-by-token kernel and the CPU.
+#   gdn (0115):     gdn_on_cpu.cpp, the staged gated delta net against the token-by-token kernel and the CPU;
+#   bsh (0118):     block_softmax_on_cpu.cpp, the block softmax kernel and its matcher on BLOCK_SOFTMAX_HISTORY graphs.
 #
-#   bash bench/device/experiments/on_cpu.sh [coreset|gdn|all]     (default all; about a minute each; exit 1: a case failed)
+#   bash bench/device/experiments/on_cpu.sh [coreset|gdn|bsh|all]  (default all; about a minute each; exit 1: a case failed)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$ROOT"
@@ -18,7 +19,7 @@ V=$("$PY" - "$T" <<'PYEOF'
 import sys
 from pathlib import Path
 from clover_patches import build
-exps = [p.resolve() for n in ("0115", "0117") for p in sorted(Path("bench/device/experiments").glob(f"{n}-*.patch"))]
+exps = [p.resolve() for n in ("0115", "0117", "0118") for p in sorted(Path("bench/device/experiments").glob(f"{n}-*.patch"))]
 print(build.prepare_tree(Path(sys.argv[1]) / "tree", build.series() + exps) / build.VENDOR)
 PYEOF
 )
@@ -51,5 +52,12 @@ if [ "$WHICH" = all ] || [ "$WHICH" = gdn ]; then
       "$C/gated_delta_net.cu" > "$T/gdn-kernels.inc"
   grep -q 'gated_delta_net_staged_cuda' "$T/gdn-kernels.inc" || cut_failed "the gated delta net kernels"
   compile_and_run "$E/gdn_on_cpu.cpp" || rc=1
+fi
+if [ "$WHICH" = all ] || [ "$WHICH" = bsh ]; then
+  sed -n '/^struct ggml_cuda_block_softmax_match {/,/^};/p' "$C/topk-moe.cuh" > "$T/block-softmax-match.inc"
+  sed -n '/^#define BLOCK_SOFTMAX_N_MAX/,/^void ggml_cuda_op_block_softmax(/{/^void ggml_cuda_op_block_softmax(/!p}' \
+      "$C/topk-moe.cu" > "$T/block-softmax.inc"
+  grep -q 'block_softmax_make_args' "$T/block-softmax.inc" || cut_failed "the block softmax's matcher or kernel"
+  compile_and_run "$E/block_softmax_on_cpu.cpp" || rc=1
 fi
 exit $rc

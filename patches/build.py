@@ -114,7 +114,9 @@ def prepare_tree(dest: Path, patches: list[Path]) -> Path:
 
 
 def sync_tree(src: Path, dst: Path) -> None:
-    """Make `dst` equal to `src`, copying only changed files so their mtimes drive a rebuild."""
+    """Make `dst` equal to `src`, copying only changed files, each with a fresh mtime, so that a build
+    rebuilds exactly them (a file put back to the pristine source must not keep the sdist's old mtime,
+    older than the object built from its patched version)."""
     for path in src.rglob("*"):
         rel = path.relative_to(src)
         target = dst / rel
@@ -122,7 +124,7 @@ def sync_tree(src: Path, dst: Path) -> None:
             target.mkdir(parents=True, exist_ok=True)
         elif not target.is_file() or target.read_bytes() != path.read_bytes():
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
+            shutil.copy(path, target)
     for path in sorted(dst.rglob("*"), reverse=True):
         if not (src / path.relative_to(dst)).exists():
             path.unlink() if path.is_file() or path.is_symlink() else shutil.rmtree(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -152,6 +153,9 @@ def test_dev_tree_sync_copies_only_changed_files(tmp_path):
         (root / "same.c").write_text("same")
     (src / "d" / "changed.c").write_text("new")
     (dst / "d" / "changed.c").write_text("old")
+    # the pristine source is older than what it replaces (an sdist's file put back after an experiment)
+    os.utime(src / "d" / "changed.c", (1e9, 1e9))
+    replaced = (dst / "d" / "changed.c").stat().st_mtime_ns
     (dst / "gone.c").write_text("stale")
     (src / "d" / "added.c").write_text("added")
     mtime = (dst / "same.c").stat().st_mtime_ns
@@ -163,4 +167,5 @@ def test_dev_tree_sync_copies_only_changed_files(tmp_path):
         "same.c",
     ]
     assert (dst / "d" / "changed.c").read_text() == "new"
+    assert (dst / "d" / "changed.c").stat().st_mtime_ns >= replaced  # newer than its object file would be
     assert (dst / "same.c").stat().st_mtime_ns == mtime

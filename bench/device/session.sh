@@ -41,8 +41,11 @@
 # twenty nodes from the queries' repeat to the final ADD, as one kernel ("bs0",
 # GGML_CUDA_CLOVER_BLOCK_SOFTMAX_FUSION=0, runs them one by one). It moves the preview and the fused pass (30 of
 # the 40 layers).
-# experiments/on_cpu.sh checks 0115, 0117 and 0118 from their own source on host threads, without a GPU.
-# Build and carry the five with `bash bench/device/prepare_experiment.sh bench/device/experiments/011[45678]-*.patch`
+# A sixth, bench/device/experiments/0119-* (CUDA), runs a GDN layer's conv with its right taps, eight nodes from the
+# block's transposing copy to the SILU, as one kernel ("pc0", GGML_CUDA_CLOVER_PREVIEW_CONV_FUSION=0, runs them
+# one by one).
+# experiments/on_cpu.sh checks 0115, 0117, 0118 and 0119 from their own source on host threads, without a GPU.
+# Build and carry the six with `bash bench/device/prepare_experiment.sh bench/device/experiments/011[4-9]-*.patch`
 # (then --restore). With every switch off the kernel is not the series' code (its row-block loop
 # became a lambda; ptxas's spills differ), so call 6 times the series itself on the same, still-warm
 # machine, from a .devcarry of the series (prepare.py --prebuilt of the restored build).
@@ -50,10 +53,10 @@
 #                                    # the experts per op in each mode
 #   bash bench/device/session.sh 2   # (ran) ft2 against the CPU; the experts per op with it, with pf4
 #   bash bench/device/session.sh 3   # lean2, sp against the CPU; the experts per op with lean, lean2, sp
-#   bash bench/device/session.sh 4   # the K split, the staged gated delta net, the coreset and block
-#                                    # softmax kernels against the CPU; per op (gdn0, cs0, bs0: without them)
+#   bash bench/device/session.sh 4   # the K split, the staged gated delta net, the coreset, block softmax
+#                                    # and conv kernels against the CPU; per op (gdn0, cs0, bs0, pc0: without them)
 #   bash bench/device/session.sh 5   # 40 layers: upstream's step, the experiment's default with its
-#                                    # loop simulations, cs0, bs0, gdn0, conts, A and B
+#                                    # loop simulations, cs0, bs0, pc0, gdn0, conts, A and B
 #   bash bench/device/session.sh 7   # (warm, after 5) 40 layers: lean2, ks4, A and B
 #   bash bench/device/session.sh 6   # 40 layers from the series' own carry: upstream's step, passes
 # Calls 3-7 ask for about 2200 s with a cold start, more than a session's 1800: drop call 6 first (its
@@ -75,13 +78,13 @@ experts_ops() {
   EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" \
   MODES="$2" PERF_S=$3 BUDGET_S=$4 PERF_FILTER="${5:-$ID_PERF}" bash bench/device/run.sh
 }
-# a new kernel (0115, 0117, 0118) whose cases failed against the CPU in call 4, or did not finish there, stays off in
+# a new kernel (0115, 0117-0119) whose cases failed against the CPU in call 4, or did not finish there, stays off in
 # the 40-layer calls that follow on the warm machine, so that a bad kernel costs its A/B and not the call
 guard_new_kernels() {
   local log=$WORK/ops/logs/tbo-eval-ksc.log pair op var
   [ -f "$log" ] || return 0
   for pair in MOE_CORESET:GGML_CUDA_CLOVER_CORESET_FUSION BLOCK_SOFTMAX_HISTORY:GGML_CUDA_CLOVER_BLOCK_SOFTMAX_FUSION \
-      GATED_DELTA_NET:GGML_CUDA_GDN_STAGED; do
+      PREVIEW_CONV:GGML_CUDA_CLOVER_PREVIEW_CONV_FUSION GATED_DELTA_NET:GGML_CUDA_GDN_STAGED; do
     op=${pair%%:*} var=${pair#*:}
     if grep -aq "$op(.*FAIL" "$log" || ! grep -aq "$op(.*OK" "$log"; then
       export "$var=0"
@@ -111,21 +114,21 @@ case $call in
      export MODE_ksc="${NB}_DENSE_KSPLIT=4 ${NB}_DENSE_MIN_ROWS=16 ${NB}_DENSE_I8_MIN_ROWS=16"
      export MODE_i8="$I8" MODE_ks2="${NB}_DENSE_KSPLIT=2 $I8" MODE_ks4="${NB}_DENSE_KSPLIT=4 $I8" MODE_ks8="${NB}_DENSE_KSPLIT=8 $I8"
      export MODE_gdn0="GGML_CUDA_GDN_STAGED=0" MODE_cs0="GGML_CUDA_CLOVER_CORESET_FUSION=0"
-     export MODE_bs0="GGML_CUDA_CLOVER_BLOCK_SOFTMAX_FUSION=0"
+     export MODE_bs0="GGML_CUDA_CLOVER_BLOCK_SOFTMAX_FUSION=0" MODE_pc0="GGML_CUDA_CLOVER_PREVIEW_CONV_FUSION=0"
      N932="n=(9|[12][0-9]|3[0-2]),"
      STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="ksc" \
-     EVAL_OPS=MUL_MAT,MUL_MAT_SMALL,GATED_DELTA_NET,MOE_CORESET,BLOCK_SOFTMAX_HISTORY \
-     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,$N932|head_count=|nr=\[1,2\]|n_expert=|d_k=" \
-     MODES="default gdn0 cs0 bs0 i8 ks2 ks4 ks8" PERF_S=25 \
-     PERF_OPS=MUL_MAT_SMALL,GATED_DELTA_NET,MOE_CORESET,BLOCK_SOFTMAX_HISTORY \
-     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|4096|2048),n=(16|32),k=(2048|4096),|head_count=16,head_size=128,|nr=\[1,2\]|n_expert=|d_k=' \
-     BUDGET_S=420 bash bench/device/run.sh ;;
+     EVAL_OPS=MUL_MAT,MUL_MAT_SMALL,GATED_DELTA_NET,MOE_CORESET,BLOCK_SOFTMAX_HISTORY,PREVIEW_CONV \
+     EVAL_FILTER="type_a=$K4,type_b=f32,m=[0-9]+,$N932|head_count=|nr=\[1,2\]|n_expert=|d_k=|channels=" \
+     MODES="default gdn0 cs0 bs0 pc0 i8 ks2 ks4 ks8" PERF_S=25 \
+     PERF_OPS=MUL_MAT_SMALL,GATED_DELTA_NET,MOE_CORESET,BLOCK_SOFTMAX_HISTORY,PREVIEW_CONV \
+     PERF_FILTER='type_a=(q4_K|q6_K),type_b=f32,m=(8192|4096|2048),n=(16|32),k=(2048|4096),|head_count=16,head_size=128,|nr=\[1,2\]|n_expert=|d_k=|channels=' \
+     BUDGET_S=450 bash bench/device/run.sh ;;
   5) # the next session: 40 layers, the experiment's default with its loop simulations, then cs0, bs0,
-     # gdn0, conts, A and B (what does not fit in the budget is skipped: reorder after calls 3-4)
+     # pc0, gdn0, conts, A and B (what does not fit in the budget is skipped: reorder after calls 3-4)
      guard_new_kernels
      R2=CLOVER_SWEEP_REPEAT=2 CS0=GGML_CUDA_CLOVER_CORESET_FUSION=0 GDN0=GGML_CUDA_GDN_STAGED=0 CONTS=LLAMA_CLOVER_PREVIEW_CONTS=1
-     BS0=GGML_CUDA_CLOVER_BLOCK_SOFTMAX_FUSION=0
-     SWEEP=${SWEEP:-"cs0:$CS0 bs0:$BS0 gdn0:$GDN0 conts:$CONTS b:$R2 cs0b:$CS0,$R2 bs0b:$BS0,$R2 gdn0b:$GDN0,$R2 contsb:$CONTS,$R2"} \
+     BS0=GGML_CUDA_CLOVER_BLOCK_SOFTMAX_FUSION=0 PC0=GGML_CUDA_CLOVER_PREVIEW_CONV_FUSION=0
+     SWEEP=${SWEEP:-"cs0:$CS0 bs0:$BS0 pc0:$PC0 gdn0:$GDN0 conts:$CONTS b:$R2 cs0b:$CS0,$R2 bs0b:$BS0,$R2 pc0b:$PC0,$R2 gdn0b:$GDN0,$R2"} \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
   7) # the next session, warm after call 5: 40 layers, lean2 and ks4, A and B
      guard_new_kernels

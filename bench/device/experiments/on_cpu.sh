@@ -4,9 +4,10 @@
 # libraries, the patched tree's headers).
 #   coreset (0117): coreset_on_cpu.cpp, the coreset kernel and its matcher on test-backend-ops' MOE_CORESET graphs;
 #   gdn (0115):     gdn_on_cpu.cpp, the staged gated delta net against the token-by-token kernel and the CPU;
-#   bsh (0118):     block_softmax_on_cpu.cpp, the block softmax kernel and its matcher on BLOCK_SOFTMAX_HISTORY graphs.
+#   bsh (0118):     block_softmax_on_cpu.cpp, the block softmax kernel and its matcher on BLOCK_SOFTMAX_HISTORY graphs;
+#   conv (0119):    preview_conv_on_cpu.cpp, the conv kernel and its matcher on PREVIEW_CONV graphs.
 #
-#   bash bench/device/experiments/on_cpu.sh [coreset|gdn|bsh|all]  (default all; about a minute each; exit 1: a case failed)
+#   bash bench/device/experiments/on_cpu.sh [coreset|gdn|bsh|conv|all]  (default all; about a minute each; exit 1: a case failed)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$ROOT"
@@ -19,7 +20,7 @@ V=$("$PY" - "$T" <<'PYEOF'
 import sys
 from pathlib import Path
 from clover_patches import build
-exps = [p.resolve() for n in ("0115", "0117", "0118") for p in sorted(Path("bench/device/experiments").glob(f"{n}-*.patch"))]
+exps = [p.resolve() for n in ("0115", "0117", "0118", "0119") for p in sorted(Path("bench/device/experiments").glob(f"{n}-*.patch"))]
 print(build.prepare_tree(Path(sys.argv[1]) / "tree", build.series() + exps) / build.VENDOR)
 PYEOF
 )
@@ -59,5 +60,13 @@ if [ "$WHICH" = all ] || [ "$WHICH" = bsh ]; then
       "$C/topk-moe.cu" > "$T/block-softmax.inc"
   grep -q 'block_softmax_make_args' "$T/block-softmax.inc" || cut_failed "the block softmax's matcher or kernel"
   compile_and_run "$E/block_softmax_on_cpu.cpp" || rc=1
+fi
+if [ "$WHICH" = all ] || [ "$WHICH" = conv ]; then
+  sed -n '/^struct ggml_cuda_preview_conv_match {/,/^};/p' "$C/topk-moe.cuh" > "$T/preview-conv-match.inc"
+  sed -n -e '/^static bool moe_coreset_is_view/,/^}/p' \
+      -e '/^struct preview_conv_args {/,/^void ggml_cuda_op_preview_conv(/{/^void ggml_cuda_op_preview_conv(/!p}' \
+      "$C/topk-moe.cu" > "$T/preview-conv.inc"
+  grep -q 'preview_conv_make_args' "$T/preview-conv.inc" || cut_failed "the conv's matcher or kernel"
+  compile_and_run "$E/preview_conv_on_cpu.cpp" || rc=1
 fi
 exit $rc

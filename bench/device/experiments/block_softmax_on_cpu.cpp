@@ -13,6 +13,7 @@
 #include <random>
 
 #include "cuda_on_host.h"
+#include "on_cpu_check.h"
 
 #include "block-softmax-match.inc"
 #include "block-softmax.inc"
@@ -33,51 +34,23 @@ int main() {
         test_block_softmax_history test(c.d_k, c.d_v, c.n, c.h_k, c.h_v, c.gathered);
         ggml_tensor *              out = test.build_graph(ctx);
         std::uniform_real_distribution<float> uniform(-1.0f, 1.0f), positive(1.0f, 8.0f);
-        for (ggml_tensor * t = ggml_get_first_tensor(ctx); t != nullptr; t = ggml_get_next_tensor(ctx, t)) {
-            if (t->op != GGML_OP_NONE || t->data == nullptr) {
-                continue;
-            }
-            if (t->type == GGML_TYPE_I32) {
-                ((int32_t *) t->data)[0] = 1;
-                continue;
-            }
-            const bool scale = strcmp(t->name, "lambda") == 0;
-            for (int64_t i = 0; i < ggml_nelements(t); i++) {
-                ((float *) t->data)[i] = scale ? positive(rng) : uniform(rng);
-            }
-        }
-        ggml_cgraph * gf = ggml_new_graph(ctx);
-        ggml_build_forward_expand(gf, out);
-        ggml_graph_compute_with_ctx(ctx, gf, 2);
-
+        ggml_cgraph * gf = compute_on_cpu(ctx, out, 1, [&](const ggml_tensor * t) {
+            return strcmp(t->name, "lambda") == 0 ? positive(rng) : uniform(rng);
+        });
         ggml_cuda_block_softmax_match match;
-        int                           found = -1;
-        for (int i = 0; i < ggml_graph_n_nodes(gf) && found < 0; i++) {
-            if (ggml_cuda_match_block_softmax(gf, i, match)) {
-                found = i;
-            }
+        int found = find_construction(gf, ggml_cuda_match_block_softmax, match);
+        if (found >= 0 && (match.dst != out || (match.state_ids != nullptr) != c.gathered)) {
+            found = -1;
         }
-        if (found < 0 || match.dst != out || (match.state_ids != nullptr) != c.gathered) {
-            printf("%s: the matcher did not find the construction\n", test.vars().c_str());
-            failed++;
-            ggml_free(ctx);
-            continue;
+        double nmse = 0.0;
+        if (found >= 0) {
+            const block_softmax_args a = block_softmax_make_args(match);
+            nmse = kernel_nmse(out, [&] {
+                cuda_on_host::launch({ (unsigned) c.h_v, (unsigned) (c.d_v / BLOCK_SOFTMAX_COLS), 1 },
+                                     { BLOCK_SOFTMAX_WARPS * 32, 1, 1 }, [&] { block_softmax_history_f32(a); });
+            });
         }
-        std::vector<float> want((const float *) out->data, (const float *) out->data + ggml_nelements(out));
-        std::fill((float *) out->data, (float *) out->data + ggml_nelements(out), 0.0f);
-        const block_softmax_args a = block_softmax_make_args(match);
-        cuda_on_host::launch({ (unsigned) c.h_v, (unsigned) (c.d_v / BLOCK_SOFTMAX_COLS), 1 },
-                             { BLOCK_SOFTMAX_WARPS * 32, 1, 1 }, [&] { block_softmax_history_f32(a); });
-        double err = 0.0, norm = 0.0;
-        for (size_t i = 0; i < want.size(); i++) {
-            const double d = (double) ((float *) out->data)[i] - want[i];
-            err += d * d;
-            norm += (double) want[i] * want[i];
-        }
-        const double nmse = err / norm;
-        failed += !(nmse < 1e-10);
-        printf("%s: the construction's %d nodes from node %d, NMSE against the CPU graph %.2g%s\n", test.vars().c_str(),
-               match.node_count, found, nmse, nmse < 1e-10 ? "" : "  FAIL");
+        failed += !report(test.vars(), found, match.node_count, nmse, 1e-10);
         ggml_free(ctx);
     }
     printf("%d cases, %d failed\n", n_cases, failed);

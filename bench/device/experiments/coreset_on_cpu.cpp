@@ -15,6 +15,7 @@
 #include "coreset-match.inc"
 
 #include "cuda_on_host.h"
+#include "on_cpu_check.h"
 
 static std::vector<float> g_smem; // the kernel's dynamic shared memory
 
@@ -42,20 +43,10 @@ int main() {
             ggml_tensor *    logits = ggml_get_tensor(ctx, "logits");
             ggml_tensor *    add    = out->src[0]; // logits + log(keep), before the routing's softmax
             std::uniform_real_distribution<float> uniform(-4.0f, 4.0f);
-            for (int64_t i = 0; i < ggml_nelements(logits); i++) {
-                ((float *) logits->data)[i] = uniform(rng);
-            }
-            ggml_cgraph * gf = ggml_new_graph(ctx);
-            ggml_build_forward_expand(gf, out);
-            ggml_graph_compute_with_ctx(ctx, gf, 2);
+            ggml_cgraph * gf = compute_on_cpu(ctx, out, 0, [&](const ggml_tensor *) { return uniform(rng); });
 
             ggml_cuda_moe_coreset_match match;
-            int                         found = -1;
-            for (int i = 0; i < ggml_graph_n_nodes(gf) && found < 0; i++) {
-                if (ggml_cuda_match_moe_coreset(gf, i, match)) {
-                    found = i;
-                }
-            }
+            const int                   found = find_construction(gf, ggml_cuda_match_moe_coreset, match);
             if (found < 0 || match.dst != add || match.logits != logits || match.k != c.k ||
                 (c.size > 0 ? match.size != c.size : match.top_p != c.top_p)) {
                 printf("%s: the matcher did not find the construction\n", test.vars().c_str());

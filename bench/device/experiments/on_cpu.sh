@@ -7,7 +7,7 @@
 #   bsh (0118):     block_softmax_on_cpu.cpp, the block softmax kernel and its matcher on BLOCK_SOFTMAX_HISTORY graphs;
 #   conv (0119):    preview_conv_on_cpu.cpp, the conv kernel and its matcher on PREVIEW_CONV graphs.
 #
-#   bash bench/device/experiments/on_cpu.sh [coreset|gdn|bsh|conv|all]  (default all; about a minute each; exit 1: a case failed)
+#   bash bench/device/experiments/on_cpu.sh [coreset|gdn|bsh|conv|all]  (default all: about 7 min on 2 cores; exit 1: a case failed)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$ROOT"

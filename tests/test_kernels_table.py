@@ -140,5 +140,5 @@ def test_an_op_other_than_a_matmul_has_a_row_and_a_check(tmp_path: Path) -> None
     res = json.loads(out.read_text())
     (row,) = res["ops"]
     assert (row["default_us"], row["gdn0_us"], row["floor_us"]) == (9.5, 28.0, None)
-    assert row["short"] == "gated_delta_net " + shape.replace(",", " ") + " K=1"
+    assert row["short"] == "gated_delta_net type=f32 " + shape.replace(",", " ") + " permuted=0 kda=0 K=1"
     assert res["checks"]["eval-default"] == {"cases": 1, "failed": 0, "failed_cases": []}

@@ -65,8 +65,6 @@ def parse_vars(text: str) -> dict[str, str]:
 
 
 GLU_OPS = ("MUL_MAT_ID_SMALL_GLU", "MUL_MAT_SMALL_GLU")
-# the parameters that tell apart the cases of ops other than the matmuls, in the table
-SHORT_KEYS = ("head_count", "head_size", "n_seq_tokens", "n_seqs", "v_repeat", "K")
 
 
 def glu_vars(v: dict[str, str]) -> dict[str, str]:
@@ -108,8 +106,8 @@ def read_log(path: Path) -> dict[str, dict]:
 
 
 def short(op: str, v: dict[str, str]) -> str:
-    if not op.startswith("MUL_MAT"):  # e.g. GATED_DELTA_NET: its head shape, tokens and snapshot slots
-        return f"{op.lower()} " + " ".join(f"{k}={x}" for k, x in v.items() if k in SHORT_KEYS)
+    if not op.startswith("MUL_MAT"):  # GATED_DELTA_NET, the fusion cases: all their parameters
+        return f"{op.lower()} " + " ".join(f"{k}={x}" for k, x in v.items())
     if op == "MUL_MAT_SMALL":
         return f"mm {v['type_a']} {v['m']}x{v['k']} n={v['n']}"
     if op in GLU_OPS:

@@ -14,8 +14,8 @@
 # a single column tile at compile time per step ("ft2", _FULL_TILES=2). Call 3 (40 layers with ft2
 # and sp) was lost with its machine.
 #
-# Calls 3-6 are the next session's, for the experiment now in bench/device/experiments/ (compiled
-# for sm_90, unmeasured), every variant a switch of one build:
+# Calls 3-7 are the next session's, for the experiments now in bench/device/experiments/ (compiled
+# for sm_90, unmeasured), every variant a switch of one build. 0114's:
 #   "lean" (GGML_CUDA_MMQ_NARROW_LEAN=1): MUL_MAT_ID's units of one column tile in code of their own;
 #   "lean2" (=2): of one or two tiles;
 #   "sp" (GGML_CUDA_MMQ_NARROW_ID_SMALL=1): the split of call 1, to compare against;
@@ -46,7 +46,7 @@
 # one by one).
 # experiments/on_cpu.sh checks 0115, 0117, 0118 and 0119 from their own source on host threads, without a GPU.
 # Build and carry the six with `bash bench/device/prepare_experiment.sh bench/device/experiments/011[4-9]-*.patch`
-# (then --restore). With every switch off the kernel is not the series' code (its row-block loop
+# (then --restore). With every 0114 switch off its kernel is not the series' code (its row-block loop
 # became a lambda; ptxas's spills differ), so call 6 times the series itself on the same, still-warm
 # machine, from a .devcarry of the series (prepare.py --prebuilt of the restored build).
 #   bash bench/device/session.sh 1   # (ran) the experiment against the CPU (MUL_MAT_ID_SMALL, _GLU),

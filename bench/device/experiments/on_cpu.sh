@@ -33,12 +33,16 @@ compile_and_run() { # $1: the program's source
   "$T/check"
 }
 cut_failed() { echo "could not cut $1 out of $C" >&2; exit 2; }
+# what the three fusions' matchers share
+sed -n "/^\/\/ ---- what clover-moe's fusions share/,/^\/\/ ---- a block's expert coreset/p" "$C/topk-moe.cu" \
+    > "$T/fusion-common.inc"
+grep -q 'clover_fusion_confined' "$T/fusion-common.inc" || cut_failed "the fusions' shared helpers"
 rc=0
 if [ "$WHICH" = all ] || [ "$WHICH" = coreset ]; then
-  sed -n '/^struct ggml_cuda_moe_coreset_match {/,/^};/p' "$C/topk-moe.cuh" > "$T/coreset-match.inc"
-  sed -n -e '/^#define MOE_CORESET_WARPS/,/^#define MOE_CORESET_SMEM_MAX/p' -e '/^static int moe_coreset_pow2/,/^}/p' \
-      -e '/^static size_t moe_coreset_smem/,/^}/p' -e '/^static bool moe_coreset_is_view/,/^}/p' \
-      -e '/^bool ggml_cuda_match_moe_coreset(/,/^}/p' "$C/topk-moe.cu" >> "$T/coreset-match.inc"
+  { sed -n '/^struct ggml_cuda_moe_coreset_match {/,/^};/p' "$C/topk-moe.cuh"; cat "$T/fusion-common.inc"
+    sed -n -e '/^#define MOE_CORESET_WARPS/,/^#define MOE_CORESET_SMEM_MAX/p' -e '/^static int moe_coreset_pow2/,/^}/p' \
+        -e '/^static size_t moe_coreset_smem/,/^}/p' -e '/^bool ggml_cuda_match_moe_coreset(/,/^}/p' "$C/topk-moe.cu"
+  } > "$T/coreset-match.inc"
   # the kernel as a host function, its dynamic shared memory a buffer
   sed -n '/^static __global__ void __launch_bounds__(MOE_CORESET_WARPS \* WARP_SIZE, 1)/,/^}/p' "$C/topk-moe.cu" |
       sed -e '1s/^static __global__ void __launch_bounds__(MOE_CORESET_WARPS \* WARP_SIZE, 1)/static void/' \
@@ -55,16 +59,17 @@ if [ "$WHICH" = all ] || [ "$WHICH" = gdn ]; then
   compile_and_run "$E/gdn_on_cpu.cpp" || rc=1
 fi
 if [ "$WHICH" = all ] || [ "$WHICH" = bsh ]; then
-  sed -n '/^struct ggml_cuda_block_softmax_match {/,/^};/p' "$C/topk-moe.cuh" > "$T/block-softmax-match.inc"
+  { sed -n '/^struct ggml_cuda_block_softmax_match {/,/^};/p' "$C/topk-moe.cuh"; cat "$T/fusion-common.inc"
+  } > "$T/block-softmax-match.inc"
   sed -n '/^#define BLOCK_SOFTMAX_N_MAX/,/^void ggml_cuda_op_block_softmax(/{/^void ggml_cuda_op_block_softmax(/!p}' \
       "$C/topk-moe.cu" > "$T/block-softmax.inc"
   grep -q 'block_softmax_make_args' "$T/block-softmax.inc" || cut_failed "the block softmax's matcher or kernel"
   compile_and_run "$E/block_softmax_on_cpu.cpp" || rc=1
 fi
 if [ "$WHICH" = all ] || [ "$WHICH" = conv ]; then
-  sed -n '/^struct ggml_cuda_preview_conv_match {/,/^};/p' "$C/topk-moe.cuh" > "$T/preview-conv-match.inc"
-  sed -n -e '/^static bool moe_coreset_is_view/,/^}/p' \
-      -e '/^struct preview_conv_args {/,/^void ggml_cuda_op_preview_conv(/{/^void ggml_cuda_op_preview_conv(/!p}' \
+  { sed -n '/^struct ggml_cuda_preview_conv_match {/,/^};/p' "$C/topk-moe.cuh"; cat "$T/fusion-common.inc"
+  } > "$T/preview-conv-match.inc"
+  sed -n '/^struct preview_conv_args {/,/^void ggml_cuda_op_preview_conv(/{/^void ggml_cuda_op_preview_conv(/!p}' \
       "$C/topk-moe.cu" > "$T/preview-conv.inc"
   grep -q 'preview_conv_make_args' "$T/preview-conv.inc" || cut_failed "the conv's matcher or kernel"
   compile_and_run "$E/preview_conv_on_cpu.cpp" || rc=1

@@ -15,8 +15,8 @@
 #include "cuda_on_host.h"
 #include "on_cpu_check.h"
 
-#include "block-softmax-match.inc"
-#include "block-softmax.inc"
+#include "block_softmax-match.inc"
+#include "block_softmax.inc"
 
 int main() {
     struct bsh_case {

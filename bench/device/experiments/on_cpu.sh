@@ -37,6 +37,13 @@ cut_failed() { echo "could not cut $1 out of $C" >&2; exit 2; }
 sed -n "/^\/\/ ---- what clover-moe's fusions share/,/^\/\/ ---- a block's expert coreset/p" "$C/topk-moe.cu" \
     > "$T/fusion-common.inc"
 grep -q 'clover_fusion_confined' "$T/fusion-common.inc" || cut_failed "the fusions' shared helpers"
+# a fusion's matcher and kernel into $T/$1-match.inc and $T/$1.inc: $2 its match struct (topk-moe.cuh), $3 the first
+# line of its code in topk-moe.cu, $4 the launcher there, before which that code ends
+cut_fusion() {
+  { sed -n "/^struct $2 {/,/^};/p" "$C/topk-moe.cuh"; cat "$T/fusion-common.inc"; } > "$T/$1-match.inc"
+  sed -n "/^$3/,/^void $4(/{/^void $4(/!p}" "$C/topk-moe.cu" > "$T/$1.inc"
+  grep -q "$2" "$T/$1-match.inc" && grep -q "$1" "$T/$1.inc" || cut_failed "the $1 fusion's matcher or kernel"
+}
 rc=0
 if [ "$WHICH" = all ] || [ "$WHICH" = coreset ]; then
   { sed -n '/^struct ggml_cuda_moe_coreset_match {/,/^};/p' "$C/topk-moe.cuh"; cat "$T/fusion-common.inc"
@@ -59,19 +66,11 @@ if [ "$WHICH" = all ] || [ "$WHICH" = gdn ]; then
   compile_and_run "$E/gdn_on_cpu.cpp" || rc=1
 fi
 if [ "$WHICH" = all ] || [ "$WHICH" = bsh ]; then
-  { sed -n '/^struct ggml_cuda_block_softmax_match {/,/^};/p' "$C/topk-moe.cuh"; cat "$T/fusion-common.inc"
-  } > "$T/block-softmax-match.inc"
-  sed -n '/^#define BLOCK_SOFTMAX_N_MAX/,/^void ggml_cuda_op_block_softmax(/{/^void ggml_cuda_op_block_softmax(/!p}' \
-      "$C/topk-moe.cu" > "$T/block-softmax.inc"
-  grep -q 'block_softmax_make_args' "$T/block-softmax.inc" || cut_failed "the block softmax's matcher or kernel"
+  cut_fusion block_softmax ggml_cuda_block_softmax_match '#define BLOCK_SOFTMAX_N_MAX' ggml_cuda_op_block_softmax
   compile_and_run "$E/block_softmax_on_cpu.cpp" || rc=1
 fi
 if [ "$WHICH" = all ] || [ "$WHICH" = conv ]; then
-  { sed -n '/^struct ggml_cuda_preview_conv_match {/,/^};/p' "$C/topk-moe.cuh"; cat "$T/fusion-common.inc"
-  } > "$T/preview-conv-match.inc"
-  sed -n '/^struct preview_conv_args {/,/^void ggml_cuda_op_preview_conv(/{/^void ggml_cuda_op_preview_conv(/!p}' \
-      "$C/topk-moe.cu" > "$T/preview-conv.inc"
-  grep -q 'preview_conv_make_args' "$T/preview-conv.inc" || cut_failed "the conv's matcher or kernel"
+  cut_fusion preview_conv ggml_cuda_preview_conv_match 'struct preview_conv_args {' ggml_cuda_op_preview_conv
   compile_and_run "$E/preview_conv_on_cpu.cpp" || rc=1
 fi
 exit $rc

@@ -15,8 +15,8 @@
 #include "cuda_on_host.h"
 #include "on_cpu_check.h"
 
-#include "preview-conv-match.inc"
-#include "preview-conv.inc"
+#include "preview_conv-match.inc"
+#include "preview_conv.inc"
 
 int main() {
     struct conv_case {

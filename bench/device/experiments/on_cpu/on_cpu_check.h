@@ -1,4 +1,4 @@
-// What the on_cpu.sh checks of a CUDA fusion share: the test case's graph computed by ggml's CPU backend with its inputs
+// What the check.sh checks of a CUDA fusion share: the test case's graph computed by ggml's CPU backend with its inputs
 // filled, the first node where the fusion's matcher finds its construction, and the error of the kernel's output (run
 // on host threads, cuda_on_host.h) against the graph's.
 #pragma once

@@ -1,5 +1,5 @@
-// Experiment 0117 (a block's expert coreset as one CUDA kernel) checked without a GPU. The kernel's source, cut out
-// of the patched topk-moe.cu by on_cpu.sh, runs on host threads (cuda_on_host.h), on the graph of test-backend-ops'
+// Experiment 0117's block expert coreset (one CUDA kernel) checked without a GPU. The kernel's source, cut out
+// of the patched clover-fusion.cu by check.sh, runs on host threads (cuda_on_host.h), on the graph of test-backend-ops'
 // MOE_CORESET case (kernels-test-cases.patch: the construction as clover-moe builds it), computed by ggml's CPU
 // backend; the matcher, cut out the same way, must find the construction in that graph. Every element of the
 // kernel's output must equal the graph's logits + log(keep).
@@ -34,7 +34,8 @@ int main() {
     for (const coreset_case & c : std::vector<coreset_case>{ { 256, 32, 8, 0.9f, 0 },  { 256, 1, 8, 0.5f, 0 },
                                                              { 256, 64, 8, 0.9f, 0 },  { 256, 32, 8, 0.9f, 32 },
                                                              { 256, 8, 8, 0.5f, 8 },   { 128, 32, 8, 0.8f, 0 },
-                                                             { 512, 32, 10, 0.9f, 0 }, { 200, 16, 4, 0.7f, 0 } }) {
+                                                             { 512, 32, 10, 0.9f, 0 }, { 200, 16, 4, 0.7f, 0 },
+                                                             { 8, 32, 2, 0.9f, 0 },    { 8, 32, 2, 0.9f, 4 } }) {
         for (int rep = 0; rep < 3; rep++, n++) {
             ggml_init_params params = { 256 * 1024 * 1024, nullptr, false };
             ggml_context *   ctx    = ggml_init(params);

@@ -1,5 +1,5 @@
-// Experiment 0119 (a GDN layer's conv with its right taps as one CUDA kernel) checked without a GPU. The kernel's and
-// the matcher's source, cut out of the patched topk-moe.cu by on_cpu.sh, run on host threads (cuda_on_host.h) on the
+// Experiment 0117's GDN conv with its right taps (one CUDA kernel) checked without a GPU. The kernel's and
+// the matcher's source, cut out of the patched clover-fusion.cu by check.sh, run on host threads (cuda_on_host.h) on the
 // graph of test-backend-ops' PREVIEW_CONV case (kernels-test-cases.patch: the construction as clover-moe builds it),
 // computed by ggml's CPU backend: the matcher must find the construction, and the kernel's output must match the
 // graph's (NMSE below 1e-12).
@@ -24,7 +24,7 @@ int main() {
     };
     std::mt19937 rng(1);
     int          failed = 0, n_cases = 0;
-    for (const conv_case & c : std::vector<conv_case>{ { 8192, 32, 4 }, { 8192, 2, 4 }, { 256, 17, 4 }, { 256, 32, 5 } }) {
+    for (const conv_case & c : std::vector<conv_case>{ { 8192, 32, 4 }, { 8192, 2, 4 }, { 256, 17, 4 }, { 256, 32, 5 }, { 128, 32, 4 } }) {
         n_cases++;
         ggml_init_params  params = { 256 * 1024 * 1024, nullptr, false };
         ggml_context *    ctx    = ggml_init(params);

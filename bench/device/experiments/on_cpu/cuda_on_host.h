@@ -1,4 +1,4 @@
-// The CUDA names that the kernels of bench/device/experiments use, on host threads, to run a kernel's own source on a
+// The CUDA names that the kernels checked by check.sh use, on host threads, to run a kernel's own source on a
 // machine without a GPU: one std::thread per CUDA thread of a block, the blocks one after another; barriers for
 // __syncthreads and __syncwarp; a per-warp exchange buffer for the shuffles; a function's static arrays as the block's
 // shared memory (one block runs at a time). Slow, and exact in what it checks: indices, synchronisation, reductions.

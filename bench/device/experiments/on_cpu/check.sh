@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Experiment 0117's CUDA fusions (bench/device/experiments/0117-*, clover-fusion.cu) checked on a machine without a GPU:
+# each kernel's own source, cut out of the series + the experiment, runs on host threads (cuda_on_host.h) against
+# ggml's CPU backend (the venv's llama_cpp libraries, the patched tree's headers), on the graphs of test-backend-ops'
+# cases for them (kernels-test-cases.patch); the matchers, cut out the same way, must find each construction there.
+#   coreset: coreset_on_cpu.cpp, the block expert coreset on MOE_CORESET graphs (outputs bit for bit);
+#   conv:    preview_conv_on_cpu.cpp, the GDN conv with its right taps on PREVIEW_CONV graphs (NMSE below 1e-12).
+#
+#   bash bench/device/experiments/on_cpu/check.sh [coreset|conv|all]  (default all: about 3 min on 2 cores; exit 1: a case failed)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../../../.." && pwd)
+cd "$ROOT"
+PY=${PY:-.venv/bin/python}
+WHICH=${1:-all}
+E=bench/device/experiments/on_cpu
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+V=$("$PY" - "$T" <<'PYEOF'
+import sys
+from pathlib import Path
+from clover_patches import build
+exp = sorted(Path("bench/device/experiments").glob("0117-*.patch"))
+print(build.prepare_tree(Path(sys.argv[1]) / "tree", build.series() + [p.resolve() for p in exp]) / build.VENDOR)
+PYEOF
+)
+patch -d "$V" -p1 --forward --batch --quiet < bench/device/kernels-test-cases.patch
+C=$V/ggml/src/ggml-cuda
+LIB=$("$PY" -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / "lib")')
+compile_and_run() { # $1: the program's source
+  g++ -std=c++20 -O1 -w -I"$T" -I"$E" -I"$V/ggml/include" -I"$V/ggml/src" -I"$V/tests" "$1" \
+      -L"$LIB" -lggml-base -lggml -lggml-cpu -Wl,-rpath,"$LIB" -pthread -o "$T/check"
+  "$T/check"
+}
+cut_failed() { echo "could not cut $1 out of $C/clover-fusion.cu(h)" >&2; exit 2; }
+# what the fusions' matchers share, with the fusions on (clover_fusion_off, not cut, reads their switches)
+{ echo 'static bool clover_fusion_off() { return false; }'
+  sed -n "/^\/\/ ---- what the fusions share/,/^\/\/ ---- a block's expert coreset/p" "$C/clover-fusion.cu"; } > "$T/fusion-common.inc"
+grep -q 'clover_fusion_confined' "$T/fusion-common.inc" || cut_failed "the fusions' shared helpers"
+rc=0
+if [ "$WHICH" = all ] || [ "$WHICH" = coreset ]; then
+  { sed -n '/^struct ggml_cuda_moe_coreset_match {/,/^};/p' "$C/clover-fusion.cuh"; cat "$T/fusion-common.inc"
+    sed -n -e '/^#define MOE_CORESET_WARPS/,/^#define MOE_CORESET_SMEM_MAX/p' -e '/^static int moe_coreset_pow2/,/^}/p' \
+        -e '/^static size_t moe_coreset_smem/,/^}/p' -e '/^bool ggml_cuda_match_moe_coreset(/,/^}/p' "$C/clover-fusion.cu"
+  } > "$T/coreset-match.inc"
+  # the kernel as a host function, its dynamic shared memory a buffer
+  sed -n '/^static __global__ void __launch_bounds__(MOE_CORESET_WARPS \* WARP_SIZE, 1)/,/^}/p' "$C/clover-fusion.cu" |
+      sed -e '1s/^static __global__ void __launch_bounds__(MOE_CORESET_WARPS \* WARP_SIZE, 1)/static void/' \
+          -e 's/^    extern __shared__ float smem\[\];/    float * smem = g_smem.data();/' > "$T/coreset-kernel.inc"
+  grep -q 'ggml_cuda_match_moe_coreset' "$T/coreset-match.inc" && grep -q 'g_smem.data()' "$T/coreset-kernel.inc" ||
+      cut_failed "the coreset's matcher or kernel"
+  compile_and_run "$E/coreset_on_cpu.cpp" || rc=1
+fi
+if [ "$WHICH" = all ] || [ "$WHICH" = conv ]; then
+  { sed -n "/^struct ggml_cuda_preview_conv_match {/,/^};/p" "$C/clover-fusion.cuh"; cat "$T/fusion-common.inc"; } \
+      > "$T/preview_conv-match.inc"
+  sed -n "/^struct preview_conv_args {/,/^void ggml_cuda_op_preview_conv(/{/^void ggml_cuda_op_preview_conv(/!p}" \
+      "$C/clover-fusion.cu" > "$T/preview_conv.inc"
+  grep -q ggml_cuda_preview_conv_match "$T/preview_conv-match.inc" && grep -q preview_conv "$T/preview_conv.inc" ||
+      cut_failed "the conv's matcher or kernel"
+  compile_and_run "$E/preview_conv_on_cpu.cpp" || rc=1
+fi
+exit $rc

@@ -14,14 +14,15 @@
 # or an older one, was the cause, both went back to experiments/ with their switches, and this session's calls
 # start with that question:
 #
-#   bash bench/device/session.sh 1   # test-backend-ops' cases of the preview's subgraphs (block softmax, conv, coreset;
-#                                    # with the tiny preset's shapes) against the CPU, fusions on and off; then
-#                                    # `clover verify` (tiny, F32 and Q8_0) on the GPU with 0116 + 0117 (carry:
+#   bash bench/device/session.sh 1   # `clover verify` (tiny, F32) on the GPU with 0116 + 0117 (carry:
 #                                    # prepare_experiment.sh experiments/0116-* experiments/0117-*), and with each
-#                                    # switched off: conts (LLAMA_CLOVER_PREVIEW_CONTS=1, 0116's graph off), fusion0
-#                                    # (GGML_CUDA_CLOVER_FUSION=0), series (both: the series' own code), legacy
+#                                    # switched off: series (both off: the series' own code), nographs (CUDA graphs
+#                                    # off), noslots (0401's graph slots off), conts (LLAMA_CLOVER_PREVIEW_CONTS=1,
+#                                    # 0116's graph off), fusion0 (GGML_CUDA_CLOVER_FUSION=0), legacy
 #                                    # (GGML_CUDA_CLOVER_LEGACY=1: upstream's kernels), nofusion
-#                                    # (GGML_CUDA_DISABLE_FUSION=1: upstream's fusions off too)
+#                                    # (GGML_CUDA_DISABLE_FUSION=1: upstream's fusions off too); then test-backend-ops'
+#                                    # cases of the preview's subgraphs (block softmax, conv, coreset; the tiny preset's
+#                                    # shapes among them) against the CPU, fusions on and off
 #   bash bench/device/session.sh 2   # the same carry at 40 layers: upstream's step, the passes, and conts, fusion0,
 #                                    # A and B
 #   bash bench/device/session.sh 3   # 8 layers: CUPTI traces of the preview (coreset off and forced to 8), the fused
@@ -46,18 +47,18 @@ experts_ops() {
 }
 CONTS=LLAMA_CLOVER_PREVIEW_CONTS=1 FUSION0=GGML_CUDA_CLOVER_FUSION=0
 case $call in
-  1) # the preview's subgraphs op by op against the CPU (the tiny preset's shapes among them), fusions on and off
-     MODE_fusion0=$FUSION0 OUT=$OUT/ops-eval STAGES=build,ops OPS_STAGES=eval EVAL_WIDE=0 EVAL_MODES="default fusion0" \
-       EVAL_OPS=BLOCK_SOFTMAX_HISTORY,PREVIEW_CONV,MOE_CORESET BUDGET_S=240 bash bench/device/run.sh > /dev/null 2>&1
-     grep -ah "FAIL\|passed" "$OUT"/ops-eval/ops/tbo-eval-*.log
-     for v in default conts:$CONTS fusion0:$FUSION0 series:$CONTS,$FUSION0 legacy:GGML_CUDA_CLOVER_LEGACY=1 \
-         nofusion:GGML_CUDA_DISABLE_FUSION=1; do
+  1) for v in default series:$CONTS,$FUSION0 nographs:GGML_CUDA_DISABLE_GRAPHS=1 noslots:LLAMA_GRAPH_CACHE=0 \
+         conts:$CONTS fusion0:$FUSION0 legacy:GGML_CUDA_CLOVER_LEGACY=1 nofusion:GGML_CUDA_DISABLE_FUSION=1; do
        tag=${v%%:*}; vars=${v#"$tag"}; vars=${vars#:}
        mkdir -p "$OUT/$tag"
-       env ${vars//,/ } RETIME=1 OUT=$OUT/$tag STAGES=build,parity PARITY_PRESETS=tiny PARITY_QUANTS=f32,q8_0 \
-         BUDGET_S=90 bash bench/device/run.sh > "$OUT/$tag/stdout.txt" 2>&1
+       env ${vars//,/ } RETIME=1 OUT=$OUT/$tag STAGES=build,parity PARITY_PRESETS=tiny PARITY_QUANTS=f32 \
+         BUDGET_S=80 bash bench/device/run.sh > "$OUT/$tag/stdout.txt" 2>&1
        grep -h "verify tiny" "$OUT/$tag/run.log" | sed "s/^/$tag: /"
-     done ;;
+     done
+     # the preview's subgraphs op by op against the CPU (the tiny preset's shapes among them), fusions on and off
+     MODE_fusion0=$FUSION0 OUT=$OUT/ops-eval STAGES=build,ops OPS_STAGES=eval EVAL_WIDE=0 EVAL_MODES="default fusion0" \
+       EVAL_OPS=BLOCK_SOFTMAX_HISTORY,PREVIEW_CONV,MOE_CORESET BUDGET_S=200 bash bench/device/run.sh > /dev/null 2>&1
+     grep -ah "FAIL\|passed" "$OUT"/ops-eval/ops/tbo-eval-*.log ;;
   2) R2=CLOVER_SWEEP_REPEAT=2
      SWEEP=${SWEEP:-"conts:$CONTS fusion0:$FUSION0 b:$R2 contsb:$CONTS,$R2 fusion0b:$FUSION0,$R2"} \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;

@@ -12,7 +12,8 @@
 # GPU: the tiny preset's F32 preview failed it (mean relative KL 0.023 against 3e-4; causal rows and commit passed;
 # the same check passed on 2026-12-02 with the series of that day). With no device time left to tell which change,
 # or an older one, was the cause, both went back to experiments/ with their switches, and this session's calls
-# start with that question:
+# start with that question (0117's matchers and kernels did give the CPU's nodes bit for bit on the tiny preset's
+# real passes on host threads: experiments/on_cpu/check.sh real):
 #
 #   bash bench/device/session.sh 1   # `clover verify` (tiny, F32) on the GPU with 0116 + 0117 (carry:
 #                                    # prepare_experiment.sh experiments/0116-* experiments/0117-*), and with each

@@ -4,9 +4,16 @@
 # ggml's CPU backend (the venv's llama_cpp libraries, the patched tree's headers), on the graphs of test-backend-ops'
 # cases for them (kernels-test-cases.patch); the matchers, cut out the same way, must find each construction there.
 #   coreset: coreset_on_cpu.cpp, the block expert coreset on MOE_CORESET graphs (outputs bit for bit);
-#   conv:    preview_conv_on_cpu.cpp, the GDN conv with its right taps on PREVIEW_CONV graphs (NMSE below 1e-12).
+#   conv:    preview_conv_on_cpu.cpp, the GDN conv with its right taps on PREVIEW_CONV graphs (NMSE below 1e-12);
+#   real:    real_graph.cpp / .py, both on the tiny preset's real preview and fused pass, recorded node by node by a
+#            CPU engine (not part of `all`). REAL_LIB: the library folder of a CPU build of the series + experiment
+#            0116, e.g. after `prepare_experiment.sh experiments/0116-*.patch experiments/0117-*.patch` (which leaves
+#            that tree in build/llama-dev/src): cmake -S build/llama-dev/src/vendor/llama.cpp -B /tmp/cpu0116 -G Ninja
+#            -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_RPC=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TOOLS=OFF
+#            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF && ninja -C /tmp/cpu0116 llama
+#            ggml-rpc (about 10 minutes on 2 cores), then REAL_LIB=/tmp/cpu0116/bin.
 #
-#   bash bench/device/experiments/on_cpu/check.sh [coreset|conv|all]  (default all: about 3 min on 2 cores; exit 1: a case failed)
+#   bash bench/device/experiments/on_cpu/check.sh [coreset|conv|real|all]  (default all: about 3 min on 2 cores; exit 1: a case failed)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../../.." && pwd)
 cd "$ROOT"
@@ -36,27 +43,35 @@ cut_failed() { echo "could not cut $1 out of $C/clover-fusion.cu(h)" >&2; exit 2
 { echo 'static bool clover_fusion_off() { return false; }'
   sed -n "/^\/\/ ---- what the fusions share/,/^\/\/ ---- a block's expert coreset/p" "$C/clover-fusion.cu"; } > "$T/fusion-common.inc"
 grep -q 'clover_fusion_confined' "$T/fusion-common.inc" || cut_failed "the fusions' shared helpers"
+{ sed -n '/^struct ggml_cuda_moe_coreset_match {/,/^};/p' "$C/clover-fusion.cuh"; cat "$T/fusion-common.inc"
+  sed -n -e '/^#define MOE_CORESET_WARPS/,/^#define MOE_CORESET_SMEM_MAX/p' -e '/^static int moe_coreset_pow2/,/^}/p' \
+      -e '/^static size_t moe_coreset_smem/,/^}/p' -e '/^bool ggml_cuda_match_moe_coreset(/,/^}/p' "$C/clover-fusion.cu"
+} > "$T/coreset-match.inc"
+# the kernel as a host function, its dynamic shared memory a buffer
+sed -n '/^static __global__ void __launch_bounds__(MOE_CORESET_WARPS \* WARP_SIZE, 1)/,/^}/p' "$C/clover-fusion.cu" |
+    sed -e '1s/^static __global__ void __launch_bounds__(MOE_CORESET_WARPS \* WARP_SIZE, 1)/static void/' \
+        -e 's/^    extern __shared__ float smem\[\];/    float * smem = g_smem.data();/' > "$T/coreset-kernel.inc"
+grep -q 'ggml_cuda_match_moe_coreset' "$T/coreset-match.inc" && grep -q 'g_smem.data()' "$T/coreset-kernel.inc" ||
+    cut_failed "the coreset's matcher or kernel"
+sed -n "/^struct ggml_cuda_preview_conv_match {/,/^};/p" "$C/clover-fusion.cuh" > "$T/preview_conv-struct.inc"
+cat "$T/preview_conv-struct.inc" "$T/fusion-common.inc" > "$T/preview_conv-match.inc"
+sed -n "/^struct preview_conv_args {/,/^void ggml_cuda_op_preview_conv(/{/^void ggml_cuda_op_preview_conv(/!p}" \
+    "$C/clover-fusion.cu" > "$T/preview_conv.inc"
+grep -q ggml_cuda_preview_conv_match "$T/preview_conv-struct.inc" && grep -q preview_conv "$T/preview_conv.inc" ||
+    cut_failed "the conv's matcher or kernel"
 rc=0
 if [ "$WHICH" = all ] || [ "$WHICH" = coreset ]; then
-  { sed -n '/^struct ggml_cuda_moe_coreset_match {/,/^};/p' "$C/clover-fusion.cuh"; cat "$T/fusion-common.inc"
-    sed -n -e '/^#define MOE_CORESET_WARPS/,/^#define MOE_CORESET_SMEM_MAX/p' -e '/^static int moe_coreset_pow2/,/^}/p' \
-        -e '/^static size_t moe_coreset_smem/,/^}/p' -e '/^bool ggml_cuda_match_moe_coreset(/,/^}/p' "$C/clover-fusion.cu"
-  } > "$T/coreset-match.inc"
-  # the kernel as a host function, its dynamic shared memory a buffer
-  sed -n '/^static __global__ void __launch_bounds__(MOE_CORESET_WARPS \* WARP_SIZE, 1)/,/^}/p' "$C/clover-fusion.cu" |
-      sed -e '1s/^static __global__ void __launch_bounds__(MOE_CORESET_WARPS \* WARP_SIZE, 1)/static void/' \
-          -e 's/^    extern __shared__ float smem\[\];/    float * smem = g_smem.data();/' > "$T/coreset-kernel.inc"
-  grep -q 'ggml_cuda_match_moe_coreset' "$T/coreset-match.inc" && grep -q 'g_smem.data()' "$T/coreset-kernel.inc" ||
-      cut_failed "the coreset's matcher or kernel"
   compile_and_run "$E/coreset_on_cpu.cpp" || rc=1
 fi
 if [ "$WHICH" = all ] || [ "$WHICH" = conv ]; then
-  { sed -n "/^struct ggml_cuda_preview_conv_match {/,/^};/p" "$C/clover-fusion.cuh"; cat "$T/fusion-common.inc"; } \
-      > "$T/preview_conv-match.inc"
-  sed -n "/^struct preview_conv_args {/,/^void ggml_cuda_op_preview_conv(/{/^void ggml_cuda_op_preview_conv(/!p}" \
-      "$C/clover-fusion.cu" > "$T/preview_conv.inc"
-  grep -q ggml_cuda_preview_conv_match "$T/preview_conv-match.inc" && grep -q preview_conv "$T/preview_conv.inc" ||
-      cut_failed "the conv's matcher or kernel"
   compile_and_run "$E/preview_conv_on_cpu.cpp" || rc=1
+fi
+if [ "$WHICH" = real ]; then
+  # the matchers and kernels on the tiny preset's real passes: REAL_LIB, the lib/ of a CPU build of the series with
+  # experiment 0116 (the preview graph 0117 matches), whose ggml the engine and the check share
+  [ -n "${REAL_LIB:-}" ] || { echo "real: set REAL_LIB to a CPU build's library folder (series + 0116)" >&2; exit 2; }
+  g++ -std=c++20 -O1 -w -shared -fPIC -I"$T" -I"$E" -I"$V/ggml/include" -I"$V/ggml/src" "$E/real_graph.cpp" \
+      -L"$REAL_LIB" -lggml-base -Wl,-rpath,"$REAL_LIB" -pthread -o "$T/real_graph.so"
+  LLAMA_CPP_LIB_PATH=$REAL_LIB "$PY" "$E/real_graph.py" "$T/real_graph.so" || rc=1
 fi
 exit $rc

@@ -1,0 +1,132 @@
+// Experiment 0117's matchers and kernels on a real pass's graph, without a GPU: a shared library that check.sh's `real`
+// check loads into a CPU engine (real_graph.py) as llama's eval callback. The callback keeps every node of the pass in
+// order with a copy of its data as computed; afterwards rg_check builds the graph's node list and use counts, asks each
+// matcher at every node, and runs each matched construction's kernel on host threads (cuda_on_host.h) over the copies
+// of its inputs, against the copy of the node the construction ends in (which the CPU computed node by node).
+#include "ggml-cpu.h"
+#include "ggml-impl.h"
+
+#include <cstring>
+#include <unordered_map>
+
+#include "coreset-match.inc"
+#include "cuda_on_host.h"
+
+static std::vector<float> g_smem; // the coreset kernel's dynamic shared memory
+
+#include "coreset-kernel.inc"
+#include "preview_conv-struct.inc"
+#include "preview_conv.inc"
+
+static std::vector<ggml_tensor *>                              g_nodes;
+static std::unordered_map<const ggml_tensor *, std::vector<char>> g_data; // a node's bytes just after it was computed
+
+// the bytes a tensor spans (a view: from its first element to its last)
+static size_t span(const ggml_tensor * t) {
+    size_t n = ggml_type_size(t->type);
+    for (int d = 0; d < GGML_MAX_DIMS; d++) {
+        n += (t->ne[d] - 1) * t->nb[d];
+    }
+    return n;
+}
+
+// a tensor's data as the construction's first node saw it: its copy if it is a node of the pass, else (weights,
+// caches) its memory
+static const char * data_of(const ggml_tensor * t) {
+    const auto it = g_data.find(t);
+    return it != g_data.end() ? it->second.data() : (const char *) t->data;
+}
+
+extern "C" void rg_reset() {
+    g_nodes.clear();
+    g_data.clear();
+}
+
+// llama's eval callback: every node asked for, then recorded in order with its data
+extern "C" bool rg_eval(ggml_tensor * t, bool ask) {
+    if (ask) {
+        return true;
+    }
+    g_nodes.push_back(t);
+    const char * p = (const char *) t->data;
+    g_data[t].assign(p, p + span(t));
+    return true;
+}
+
+// the fraction of elements of got that differ from want beyond tol (relative to want's largest finite magnitude;
+// -inf must meet -inf)
+static double mismatch(const float * got, const float * want, int64_t n, double tol) {
+    double scale = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (std::isfinite(want[i])) {
+            scale = std::max(scale, (double) std::fabs(want[i]));
+        }
+    }
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const bool both_neg_inf = std::isinf(want[i]) && std::isinf(got[i]) && want[i] < 0 && got[i] < 0;
+        bad += !both_neg_inf && !(std::fabs((double) got[i] - want[i]) <= tol * std::max(scale, 1e-30));
+    }
+    return (double) bad / (double) n;
+}
+
+// each matcher at every node of the recorded pass; prints each construction found and how its kernel's output
+// compares. Returns the number of failures, or -1 when a matcher found nothing (n_conv, n_coreset: at least as many
+// constructions as expected)
+extern "C" int rg_check(int n_conv, int n_coreset) {
+    const int      n      = (int) g_nodes.size();
+    ggml_init_params params = { ggml_graph_overhead_custom(2 * n + 16, false), nullptr, true };
+    ggml_context * ctx    = ggml_init(params);
+    ggml_cgraph *  gf     = ggml_new_graph_custom(ctx, 2 * n + 16, false);
+    for (ggml_tensor * t : g_nodes) {
+        ggml_hash_insert(&gf->visited_hash_set, t);
+        gf->nodes[gf->n_nodes++] = t;
+    }
+    memset(gf->use_counts, 0, gf->visited_hash_set.size * sizeof(int32_t));
+    for (ggml_tensor * t : g_nodes) { // uses by nodes of the pass, as ggml counts them
+        for (int s = 0; s < GGML_MAX_SRC; s++) {
+            if (t->src[s] != nullptr && ggml_hash_contains(&gf->visited_hash_set, t->src[s])) {
+                gf->use_counts[ggml_hash_find(&gf->visited_hash_set, t->src[s])]++;
+            }
+        }
+    }
+    int failed = 0, found_conv = 0, found_coreset = 0;
+    for (int i = 0; i < n; i++) {
+        ggml_cuda_preview_conv_match conv;
+        if (ggml_cuda_match_preview_conv(gf, i, conv)) {
+            found_conv++;
+            preview_conv_args a = preview_conv_make_args(conv);
+            a.qkv        = data_of(conv.qkv);
+            a.conv_state = data_of(conv.conv_state);
+            std::vector<float> out(ggml_nelements(conv.dst));
+            a.dst = out.data();
+            cuda_on_host::launch({ (unsigned) ((a.channels + 255) / 256), (unsigned) a.n, 1 }, { 256, 1, 1 },
+                                 [&] { preview_conv_silu_f32(a); });
+            const double bad = mismatch(out.data(), (const float *) data_of(conv.dst), (int64_t) out.size(), 1e-5);
+            failed += bad > 0;
+            printf("conv: %s, %d nodes from node %d (%d channels, %d rows): %.3g of the elements differ%s\n",
+                   conv.dst->name, conv.node_count, i, a.channels, a.n, bad, bad > 0 ? "  FAIL" : "");
+        }
+        ggml_cuda_moe_coreset_match cs;
+        if (ggml_cuda_match_moe_coreset(gf, i, cs)) {
+            found_coreset++;
+            const int n_expert = (int) cs.logits->ne[0], n_rows = (int) cs.logits->ne[1];
+            g_smem.assign(moe_coreset_smem(n_expert, n_rows, cs.k) / sizeof(float) + 1, 0.0f);
+            std::vector<float> out(ggml_nelements(cs.dst));
+            const float *      logits = (const float *) data_of(cs.logits);
+            cuda_on_host::launch({ 1, 1, 1 }, { MOE_CORESET_WARPS * 32, 1, 1 }, [&] {
+                moe_coreset_f32(logits, cs.logits->nb[1] / sizeof(float), out.data(), n_expert, n_rows, cs.k, cs.top_p,
+                                cs.size, moe_coreset_pow2(n_expert));
+            });
+            const double bad = mismatch(out.data(), (const float *) data_of(cs.dst), (int64_t) out.size(), 0.0);
+            failed += bad > 0;
+            printf("coreset: %s, %d nodes from node %d (%d experts, %d rows, k %d, top_p %.2f, size %d): %.3g of the "
+                   "elements differ%s\n",
+                   cs.dst->name, cs.node_count, i, n_expert, n_rows, cs.k, cs.top_p, cs.size, bad, bad > 0 ? "  FAIL" : "");
+        }
+    }
+    ggml_free(ctx);
+    printf("%d nodes: %d conv constructions (%d expected), %d coresets (%d expected), %d failed\n", n, found_conv, n_conv,
+           found_coreset, n_coreset, failed);
+    return found_conv < n_conv || found_coreset < n_coreset ? -1 : failed;
+}

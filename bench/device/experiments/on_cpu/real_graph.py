@@ -1,0 +1,60 @@
+"""Experiment 0117's matchers and kernels on the tiny preset's real passes, without a GPU (check.sh `real`).
+
+    LLAMA_CPP_LIB_PATH=<a CPU build with experiment 0116> python real_graph.py LIBRARY
+
+LIBRARY is real_graph.cpp built by check.sh. A CPU engine on the tiny checkpoint's F32 GGUF records a
+preview (coreset on) and a fused pass node by node through llama's eval callback; the library then asks
+each matcher at every node and runs what it matched on host threads against the CPU's nodes. The CUDA
+backend sees the same node list (a fully offloaded model's graph is one split). Exit 1: a kernel
+differs, or a matcher found fewer constructions than the tiny preset has.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from clover_convert.pipeline import Options, convert, prepare
+
+from clover_local.backend import LogitAdjustment, RowAdjustments
+from clover_local.llama.engine import LlamaEngine
+from clover_local.testing.make_checkpoint import write_checkpoint
+
+BLOCK = 32
+GDN_LAYERS, MOE_LAYERS = 3, 4  # the tiny preset: 4 layers, every 4th full attention, all MoE
+
+
+def main(library: str) -> int:
+    lib = ctypes.CDLL(library)
+    lib.rg_eval.argtypes, lib.rg_eval.restype = [ctypes.c_void_p, ctypes.c_bool], ctypes.c_bool
+    lib.rg_check.argtypes, lib.rg_check.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = write_checkpoint(Path(tmp) / "ckpt", "tiny", seed=0)
+        prep = prepare(Options(str(ckpt), outfile=Path(tmp) / "tiny.gguf", outtype="f32", threads=1))
+        gguf = convert(prep, threads=1).shards[0]
+        record = lambda t, ask: lib.rg_eval(ctypes.addressof(t.contents), ask)  # noqa: E731
+        eng = LlamaEngine(gguf, n_ctx=512, speculative=True, eval_callback=record)
+        rng = np.random.default_rng(0)
+        adj = LogitAdjustment.identity(eng.vocab_size)
+        block = [eng.mask_token_id if i % 2 else int(t) for i, t in enumerate(rng.integers(0, 256, BLOCK))]
+        tokens = [int(t) for t in rng.integers(0, 256, BLOCK)]
+        eng.prefill([int(t) for t in rng.integers(0, 256, 48)], adj)
+        rc = 0
+        for name, run in (
+            ("preview", lambda: eng.preview(block, adj, eng.default_routing)),
+            ("fused", lambda: eng.verify_and_draft(tokens, RowAdjustments.constant(adj, BLOCK), block)),
+        ):
+            lib.rg_reset()
+            run()
+            print(f"-- {name}", flush=True)
+            failed = lib.rg_check(GDN_LAYERS, MOE_LAYERS)
+            rc |= failed != 0
+        eng.close()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

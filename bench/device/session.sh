@@ -22,8 +22,8 @@
 #                                    # 0116's graph off), fusion0 (GGML_CUDA_CLOVER_FUSION=0), legacy
 #                                    # (GGML_CUDA_CLOVER_LEGACY=1: upstream's kernels), nofusion
 #                                    # (GGML_CUDA_DISABLE_FUSION=1: upstream's fusions off too); then test-backend-ops'
-#                                    # cases of the preview's subgraphs (block softmax, conv, coreset; the tiny preset's
-#                                    # shapes among them) against the CPU, fusions on and off
+#                                    # cases of the preview's subgraphs (block softmax, conv, gated norm, coreset;
+#                                    # the tiny preset's shapes among them) against the CPU, fusions on and off
 #   bash bench/device/session.sh 2   # the same carry at 40 layers: upstream's step, the passes, and conts, fusion0,
 #                                    # A and B
 #   bash bench/device/session.sh 3   # 8 layers: CUPTI traces of the preview (coreset off and forced to 8), the fused
@@ -58,7 +58,8 @@ case $call in
      done
      # the preview's subgraphs op by op against the CPU (the tiny preset's shapes among them), fusions on and off
      MODE_fusion0=$FUSION0 OUT=$OUT/ops-eval STAGES=build,ops OPS_STAGES=eval EVAL_WIDE=0 EVAL_MODES="default fusion0" \
-       EVAL_OPS=BLOCK_SOFTMAX_HISTORY,PREVIEW_CONV,MOE_CORESET BUDGET_S=200 bash bench/device/run.sh > /dev/null 2>&1
+       EVAL_OPS=BLOCK_SOFTMAX_HISTORY,PREVIEW_CONV,PREVIEW_GATED_NORM,MOE_CORESET BUDGET_S=200 \
+       bash bench/device/run.sh > /dev/null 2>&1
      grep -ah "FAIL\|passed" "$OUT"/ops-eval/ops/tbo-eval-*.log ;;
   2) R2=CLOVER_SWEEP_REPEAT=2
      SWEEP=${SWEEP:-"conts:$CONTS fusion0:$FUSION0 b:$R2 contsb:$CONTS,$R2 fusion0b:$FUSION0,$R2"} \

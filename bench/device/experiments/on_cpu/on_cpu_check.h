@@ -7,6 +7,7 @@
 #include "ggml.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <vector>
@@ -67,4 +68,21 @@ static bool report(const std::string & vars, int found, int node_count, double n
     printf("%s: the construction's %d nodes from node %d, NMSE against the CPU graph %.2g%s\n", vars.c_str(), node_count,
            found, nmse, ok ? "" : "  FAIL");
     return ok;
+}
+
+// the fraction of elements of got that differ from want beyond tol (relative to want's largest finite magnitude;
+// -inf must meet -inf)
+static double mismatch(const float * got, const float * want, int64_t n, double tol) {
+    double scale = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (std::isfinite(want[i])) {
+            scale = std::max(scale, (double) std::fabs(want[i]));
+        }
+    }
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const bool both_neg_inf = std::isinf(want[i]) && std::isinf(got[i]) && want[i] < 0 && got[i] < 0;
+        bad += !both_neg_inf && !(std::fabs((double) got[i] - want[i]) <= tol * std::max(scale, 1e-30));
+    }
+    return (double) bad / (double) n;
 }

@@ -3,7 +3,6 @@
 // order with a copy of its data as computed; afterwards rg_check builds the graph's node list and use counts, asks each
 // matcher at every node, and runs each matched construction's kernel on host threads (cuda_on_host.h) over the copies
 // of its inputs, against the copy of the node the construction ends in (which the CPU computed node by node).
-#include "ggml-cpu.h"
 #include "ggml-impl.h"
 
 #include <cstring>
@@ -11,6 +10,7 @@
 
 #include "coreset-match.inc"
 #include "cuda_on_host.h"
+#include "on_cpu_check.h"
 
 static std::vector<float> g_smem; // the coreset kernel's dynamic shared memory
 
@@ -51,23 +51,6 @@ extern "C" bool rg_eval(ggml_tensor * t, bool ask) {
     const char * p = (const char *) t->data;
     g_data[t].assign(p, p + span(t));
     return true;
-}
-
-// the fraction of elements of got that differ from want beyond tol (relative to want's largest finite magnitude;
-// -inf must meet -inf)
-static double mismatch(const float * got, const float * want, int64_t n, double tol) {
-    double scale = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        if (std::isfinite(want[i])) {
-            scale = std::max(scale, (double) std::fabs(want[i]));
-        }
-    }
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const bool both_neg_inf = std::isinf(want[i]) && std::isinf(got[i]) && want[i] < 0 && got[i] < 0;
-        bad += !both_neg_inf && !(std::fabs((double) got[i] - want[i]) <= tol * std::max(scale, 1e-30));
-    }
-    return (double) bad / (double) n;
 }
 
 // each matcher at every node of the recorded pass; prints each construction found and how its kernel's output

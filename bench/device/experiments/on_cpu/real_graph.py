@@ -17,11 +17,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from clover_convert.pipeline import Options, convert, prepare
 
 from clover_local.backend import LogitAdjustment, RowAdjustments
 from clover_local.llama.engine import LlamaEngine
-from clover_local.testing.make_checkpoint import write_checkpoint
+from clover_local.testing.bad_inputs import prepare_bases
 
 BLOCK = 32
 GDN_LAYERS, MOE_LAYERS = 3, 4  # the tiny preset: 4 layers, every 4th full attention, all MoE
@@ -32,9 +31,7 @@ def main(library: str) -> int:
     lib.rg_eval.argtypes, lib.rg_eval.restype = [ctypes.c_void_p, ctypes.c_bool], ctypes.c_bool
     lib.rg_check.argtypes, lib.rg_check.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = write_checkpoint(Path(tmp) / "ckpt", "tiny", seed=0)
-        prep = prepare(Options(str(ckpt), outfile=Path(tmp) / "tiny.gguf", outtype="f32", threads=1))
-        gguf = convert(prep, threads=1).shards[0]
+        _, gguf = prepare_bases(Path(tmp))  # the tiny checkpoint's F32 GGUF
         record = lambda t, ask: lib.rg_eval(ctypes.addressof(t.contents), ask)  # noqa: E731
         eng = LlamaEngine(gguf, n_ctx=512, speculative=True, eval_callback=record)
         rng = np.random.default_rng(0)

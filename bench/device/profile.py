@@ -125,6 +125,9 @@ def trace(model: str, kind: str, prefix: int, reps: int) -> dict:
     spans, sums = [], []
     by: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
+    by_name: dict[str, float] = defaultdict(float)
+    excl_by_name: dict[str, float] = defaultdict(float)
+    name_counts: dict[str, int] = defaultdict(int)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             one()
@@ -143,10 +146,18 @@ def trace(model: str, kind: str, prefix: int, reps: int) -> dict:
         ks = kernels[lo:hi]
         spans.append(ks[-1].time_range.end - ks[0].time_range.start)
         sums.append(sum(k.time_range.elapsed_us() for k in ks))
+        busy_until = ks[0].time_range.start
         for k in ks:
+            # exclusive time: what the kernel adds to the GPU's busy time, so a kernel launched early
+            # (programmatic dependent launch) and waiting for the one before it counts from that one's end
+            start = max(k.time_range.start, busy_until)
+            excl_by_name[k.name[:100]] += max(0, k.time_range.end - start) / reps
+            busy_until = max(busy_until, k.time_range.end)
             label = kind_of(k.name)
             by[label] += k.time_range.elapsed_us() / reps
             counts[label] += 1
+            by_name[k.name[:100]] += k.time_range.elapsed_us() / reps
+            name_counts[k.name[:100]] += 1
     return {
         "pass": kind,
         "reps": reps,
@@ -155,6 +166,14 @@ def trace(model: str, kind: str, prefix: int, reps: int) -> dict:
         "gpu_span_ms": [round(x / 1e3, 3) for x in spans],
         "by_kind_us": {
             k: {"n": counts[k] // reps, "us": round(by[k], 1)} for k in sorted(by, key=lambda k: -by[k])
+        },
+        "top_kernels_us": {
+            k: {
+                "n": name_counts[k] // reps,
+                "us": round(by_name[k], 1),
+                "exclusive_us": round(excl_by_name[k], 1),
+            }
+            for k in sorted(by_name, key=lambda k: -excl_by_name[k])[:TOP_KERNELS]
         },
     }
 

@@ -1,36 +1,31 @@
 #!/usr/bin/env bash
-# Experiment 0117's CUDA fusions (bench/device/experiments/0117-*, clover-fusion.cu) checked on a machine without a GPU:
-# each kernel's own source, cut out of the series + the experiment, runs on host threads (cuda_on_host.h) against
-# ggml's CPU backend (the venv's llama_cpp libraries, the patched tree's headers), on the graphs of test-backend-ops'
-# cases for them (kernels-test-cases.patch); the matchers, cut out the same way, must find each construction there.
+# Patch 0114's CUDA fusions (clover-fusion.cu) checked on a machine without a GPU: each kernel's own source, cut out
+# of the patched tree, runs on host threads (cuda_on_host.h) against ggml's CPU backend (the venv's llama_cpp
+# libraries, the patched tree's headers), on the graphs of test-backend-ops' cases for them (kernels-test-cases.patch);
+# the matchers, cut out the same way, must find each construction there.
 #   coreset: coreset_on_cpu.cpp, the block expert coreset on MOE_CORESET graphs (outputs bit for bit);
 #   conv:    preview_conv_on_cpu.cpp, the GDN conv with its right taps on PREVIEW_CONV graphs (NMSE below 1e-12);
-#   real:    real_graph.cpp / .py, both on the tiny preset's real preview and fused pass, recorded node by node by a
-#            CPU engine (not part of `all`). REAL_LIB: the library folder of a CPU build of the series + experiment
-#            0116, e.g. after `prepare_experiment.sh experiments/0116-*.patch experiments/0117-*.patch` (which leaves
-#            that tree in build/llama-dev/src): cmake -S build/llama-dev/src/vendor/llama.cpp -B /tmp/cpu0116 -G Ninja
-#            -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_RPC=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TOOLS=OFF
-#            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF && ninja -C /tmp/cpu0116 llama
-#            ggml-rpc (about 10 minutes on 2 cores), then REAL_LIB=/tmp/cpu0116/bin.
+#   real:    real_graph.cpp / .py, both on the tiny preset's real preview and fused pass, recorded node by node by the
+#            venv's CPU engine, with the inputs and outputs where its allocator put them (REAL_LIB: another CPU
+#            build's library folder, default the venv's).
 #
-#   bash bench/device/experiments/on_cpu/check.sh [coreset|conv|real|all]  (default all: about 3 min on 2 cores; exit 1: a case failed)
+#   bash bench/device/fusion_on_cpu/check.sh [coreset|conv|real|all]  (default all: about 4 min on 2 cores; exit 1: a case failed)
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../../../.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$ROOT"
 PY=${PY:-.venv/bin/python}
 WHICH=${1:-all}
-E=bench/device/experiments/on_cpu
+E=bench/device/fusion_on_cpu
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 V=$("$PY" - "$T" <<'PYEOF'
 import sys
 from pathlib import Path
 from clover_patches import build
-exp = sorted(Path("bench/device/experiments").glob("0117-*.patch"))
-print(build.prepare_tree(Path(sys.argv[1]) / "tree", build.series() + [p.resolve() for p in exp]) / build.VENDOR)
+print(build.prepare_tree(Path(sys.argv[1]) / "tree", build.series()) / build.VENDOR)
 PYEOF
 )
-patch -d "$V" -p1 --forward --batch --quiet < bench/device/kernels-test-cases.patch
+git -C "$V" apply "$ROOT/bench/device/kernels-test-cases.patch"
 C=$V/ggml/src/ggml-cuda
 LIB=$("$PY" -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / "lib")')
 compile_and_run() { # $1: the program's source
@@ -39,8 +34,8 @@ compile_and_run() { # $1: the program's source
   "$T/check"
 }
 cut_failed() { echo "could not cut $1 out of $C/clover-fusion.cu(h)" >&2; exit 2; }
-# what the fusions' matchers share, with the fusions on (clover_fusion_off, not cut, reads their switches)
-{ echo 'static bool clover_fusion_off() { return false; }'
+# what the fusions' matchers share, with the fusions on (ggml_cuda_clover_legacy, not cut, reads their switch)
+{ echo 'static bool ggml_cuda_clover_legacy() { return false; }'
   sed -n "/^\/\/ ---- what the fusions share/,/^\/\/ ---- a block's expert coreset/p" "$C/clover-fusion.cu"; } > "$T/fusion-common.inc"
 grep -q 'clover_fusion_confined' "$T/fusion-common.inc" || cut_failed "the fusions' shared helpers"
 { sed -n '/^struct ggml_cuda_moe_coreset_match {/,/^};/p' "$C/clover-fusion.cuh"; cat "$T/fusion-common.inc"
@@ -66,10 +61,9 @@ fi
 if [ "$WHICH" = all ] || [ "$WHICH" = conv ]; then
   compile_and_run "$E/preview_conv_on_cpu.cpp" || rc=1
 fi
-if [ "$WHICH" = real ]; then
-  # the matchers and kernels on the tiny preset's real passes: REAL_LIB, the lib/ of a CPU build of the series with
-  # experiment 0116 (the preview graph 0117 matches), whose ggml the engine and the check share
-  [ -n "${REAL_LIB:-}" ] || { echo "real: set REAL_LIB to a CPU build's library folder (series + 0116)" >&2; exit 2; }
+if [ "$WHICH" = all ] || [ "$WHICH" = real ]; then
+  # the matchers and kernels on the tiny preset's real passes, in a CPU engine whose ggml the check shares
+  REAL_LIB=${REAL_LIB:-$LIB}
   g++ -std=c++20 -O1 -w -shared -fPIC -I"$T" -I"$E" -I"$V/ggml/include" -I"$V/ggml/src" "$E/real_graph.cpp" \
       -L"$REAL_LIB" -lggml-base -Wl,-rpath,"$REAL_LIB" -pthread -o "$T/real_graph.so"
   LLAMA_CPP_LIB_PATH=$REAL_LIB "$PY" "$E/real_graph.py" "$T/real_graph.so" || rc=1

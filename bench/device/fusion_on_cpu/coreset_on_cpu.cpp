@@ -1,4 +1,4 @@
-// Experiment 0117's block expert coreset (one CUDA kernel) checked without a GPU. The kernel's source, cut out
+// Patch 0114's block expert coreset (one CUDA kernel) checked without a GPU. The kernel's source, cut out
 // of the patched clover-fusion.cu by check.sh, runs on host threads (cuda_on_host.h), on the graph of test-backend-ops'
 // MOE_CORESET case (kernels-test-cases.patch: the construction as clover-moe builds it), computed by ggml's CPU
 // backend; the matcher, cut out the same way, must find the construction in that graph. Every element of the

@@ -1,8 +1,9 @@
-// Experiment 0117's matchers and kernels on a real pass's graph, without a GPU: a shared library that check.sh's `real`
+// Patch 0114's matchers and kernels on a real pass's graph, without a GPU: a shared library that check.sh's `real`
 // check loads into a CPU engine (real_graph.py) as llama's eval callback. The callback keeps every node of the pass in
 // order with a copy of its data as computed; afterwards rg_check builds the graph's node list and use counts, asks each
 // matcher at every node, and runs each matched construction's kernel on host threads (cuda_on_host.h) over the copies
-// of its inputs, against the copy of the node the construction ends in (which the CPU computed node by node).
+// of its inputs, placed as the allocator placed them, against the copy of the node the construction ends in (which the
+// CPU computed node by node).
 #include "ggml-impl.h"
 
 #include <cstring>
@@ -36,6 +37,35 @@ static const char * data_of(const ggml_tensor * t) {
     const auto it = g_data.find(t);
     return it != g_data.end() ? it->second.data() : (const char *) t->data;
 }
+
+// dst's memory and that of the inputs the allocator overlapped with it, in one arena laid out as the CPU's allocator
+// placed them (the CUDA backend's follows the same plan), the inputs' data as the construction's first node saw it:
+// a kernel that overwrites what it still reads fails here as it does on the GPU
+struct placed_memory {
+    const ggml_tensor * dst;
+    const char *        lo;
+    std::vector<char>   arena;
+
+    placed_memory(const ggml_tensor * dst, std::initializer_list<const ggml_tensor *> inputs) :
+        dst(dst), lo((const char *) dst->data) {
+        const char * hi = lo + ggml_nbytes(dst);
+        for (const ggml_tensor * t : inputs) {
+            if (clover_fusion_overlap(t, dst)) {
+                lo = std::min(lo, (const char *) t->data);
+                hi = std::max(hi, (const char *) t->data + span(t));
+            }
+        }
+        arena.resize(hi - lo);
+        for (const ggml_tensor * t : inputs) {
+            if (clover_fusion_overlap(t, dst)) {
+                memcpy(at(t), data_of(t), span(t));
+            }
+        }
+    }
+    char *       at(const ggml_tensor * t) { return arena.data() + ((const char *) t->data - lo); }
+    const char * input(const ggml_tensor * t) { return clover_fusion_overlap(t, dst) ? at(t) : data_of(t); }
+    float *      output() { return (float *) at(dst); }
+};
 
 extern "C" void rg_reset() {
     g_nodes.clear();
@@ -78,34 +108,39 @@ extern "C" int rg_check(int n_conv, int n_coreset) {
         ggml_cuda_preview_conv_match conv;
         if (ggml_cuda_match_preview_conv(gf, i, conv)) {
             found_conv++;
-            preview_conv_args a = preview_conv_make_args(conv);
-            a.qkv        = data_of(conv.qkv);
-            a.conv_state = data_of(conv.conv_state);
-            std::vector<float> out(ggml_nelements(conv.dst));
-            a.dst = out.data();
+            placed_memory      mem(conv.dst, { conv.qkv, conv.conv_state });
+            preview_conv_args  a = preview_conv_make_args(conv);
+            std::vector<float> staged(ggml_nelements(conv.dst));
+            const bool         stage = preview_conv_staged(conv);
+            a.qkv        = mem.input(conv.qkv);
+            a.conv_state = mem.input(conv.conv_state);
+            a.dst        = stage ? staged.data() : mem.output();
             cuda_on_host::launch({ (unsigned) ((a.channels + 255) / 256), (unsigned) a.n, 1 }, { 256, 1, 1 },
                                  [&] { preview_conv_silu_f32(a); });
+            const std::vector<float> out(a.dst, a.dst + staged.size());
             const double bad = mismatch(out.data(), (const float *) data_of(conv.dst), (int64_t) out.size(), 1e-5);
             failed += bad > 0;
-            printf("conv: %s, %d nodes from node %d (%d channels, %d rows): %.3g of the elements differ%s\n",
-                   conv.dst->name, conv.node_count, i, a.channels, a.n, bad, bad > 0 ? "  FAIL" : "");
+            printf("conv: %s, %d nodes from node %d (%d channels, %d rows%s): %.3g of the elements differ%s\n",
+                   conv.dst->name, conv.node_count, i, a.channels, a.n, stage ? ", output staged" : "", bad,
+                   bad > 0 ? "  FAIL" : "");
         }
         ggml_cuda_moe_coreset_match cs;
         if (ggml_cuda_match_moe_coreset(gf, i, cs)) {
             found_coreset++;
             const int n_expert = (int) cs.logits->ne[0], n_rows = (int) cs.logits->ne[1];
             g_smem.assign(moe_coreset_smem(n_expert, n_rows, cs.k) / sizeof(float) + 1, 0.0f);
-            std::vector<float> out(ggml_nelements(cs.dst));
-            const float *      logits = (const float *) data_of(cs.logits);
+            placed_memory mem(cs.dst, { cs.logits });
+            float *       out = mem.output();
             cuda_on_host::launch({ 1, 1, 1 }, { MOE_CORESET_WARPS * 32, 1, 1 }, [&] {
-                moe_coreset_f32(logits, cs.logits->nb[1] / sizeof(float), out.data(), n_expert, n_rows, cs.k, cs.top_p,
-                                cs.size, moe_coreset_pow2(n_expert));
+                moe_coreset_f32((const float *) mem.input(cs.logits), cs.logits->nb[1] / sizeof(float), out, n_expert,
+                                n_rows, cs.k, cs.top_p, cs.size, moe_coreset_pow2(n_expert));
             });
-            const double bad = mismatch(out.data(), (const float *) data_of(cs.dst), (int64_t) out.size(), 0.0);
+            const double bad = mismatch(out, (const float *) data_of(cs.dst), ggml_nelements(cs.dst), 0.0);
             failed += bad > 0;
-            printf("coreset: %s, %d nodes from node %d (%d experts, %d rows, k %d, top_p %.2f, size %d): %.3g of the "
+            printf("coreset: %s, %d nodes from node %d (%d experts, %d rows, k %d, top_p %.2f, size %d%s): %.3g of the "
                    "elements differ%s\n",
-                   cs.dst->name, cs.node_count, i, n_expert, n_rows, cs.k, cs.top_p, cs.size, bad, bad > 0 ? "  FAIL" : "");
+                   cs.dst->name, cs.node_count, i, n_expert, n_rows, cs.k, cs.top_p, cs.size,
+                   cs.dst->data == cs.logits->data ? ", in place" : "", bad, bad > 0 ? "  FAIL" : "");
         }
     }
     ggml_free(ctx);

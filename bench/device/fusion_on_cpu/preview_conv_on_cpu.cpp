@@ -1,4 +1,4 @@
-// Experiment 0117's GDN conv with its right taps (one CUDA kernel) checked without a GPU. The kernel's and
+// Patch 0114's GDN conv with its right taps (one CUDA kernel) checked without a GPU. The kernel's and
 // the matcher's source, cut out of the patched clover-fusion.cu by check.sh, run on host threads (cuda_on_host.h) on the
 // graph of test-backend-ops' PREVIEW_CONV case (kernels-test-cases.patch: the construction as clover-moe builds it),
 // computed by ggml's CPU backend: the matcher must find the construction, and the kernel's output must match the

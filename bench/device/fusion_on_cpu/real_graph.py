@@ -1,6 +1,6 @@
-"""Experiment 0117's matchers and kernels on the tiny preset's real passes, without a GPU (check.sh `real`).
+"""Patch 0114's matchers and kernels on the tiny preset's real passes, without a GPU (check.sh `real`).
 
-    LLAMA_CPP_LIB_PATH=<a CPU build with experiment 0116> python real_graph.py LIBRARY
+    [LLAMA_CPP_LIB_PATH=<a CPU build of the series>] python real_graph.py LIBRARY
 
 LIBRARY is real_graph.cpp built by check.sh. A CPU engine on the tiny checkpoint's F32 GGUF records a
 preview (coreset on) and a fused pass node by node through llama's eval callback; the library then asks

@@ -9,18 +9,27 @@
 # 0116 and 0117 as patches, whose GPU `clover verify` failed), and the 04:37 UTC bisection at commit 36f688d (its
 # call 1: `clover verify` failed only with both experiments on; 0117's conv kernel read qkv and the conv state from
 # memory the allocator had given its output, which 0116's graph makes happen in a preview: 2 of the tiny preset's 3
-# GDN layers, experiments/on_cpu/check.sh real). The fix (the conv writes a pool buffer there, copied to the output)
-# landed with both as patches 0012 and 0114; this session's calls:
+# GDN layers, fusion_on_cpu/check.sh real). The fix (the conv writes a pool buffer there, copied to the output)
+# landed with both as patches 0012 and 0114 and was measured by call 1 (05:00); call 3 (05:03) traced it, and call 2's
+# first form (05:14) measured a second coreset kernel against the first. The next session's calls:
 #
 #   bash bench/device/session.sh 1   # the series (carry: prepare.py --prebuilt build/cuda-local) at 40 layers:
 #                                    # upstream's step and prompt processing, the passes, the loop simulations;
 #                                    # then `clover verify` on the GPU (tiny preset, F32, Q8_0, Q4_K_M)
+#   bash bench/device/session.sh 2   # branch wip-coreset2 (0114 with the second coreset kernel: 1024 threads, rows in
+#                                    # registers, ranks by counting, every thread writing the output; its 05:14 form
+#                                    # against the first: docs/performance.md): MOE_CORESET and PREVIEW_CONV against
+#                                    # the CPU, then `clover verify` (tiny). Carry: on the branch, patches/build.py
+#                                    # --dev, build_cuda_here.sh, prepare.py --prebuilt; merge it if both pass
 #   bash bench/device/session.sh 3   # 8 layers: CUPTI traces of the preview (coreset off and forced to 8), the fused
 #                                    # pass and a commit (kernels per pass and kernel time by kind)
 #   bash bench/device/session.sh 4   # experiments/0115-* (its own carry): lean2, sp against the CPU, the experts per
 #                                    # op with lean, lean2, sp
+#   bash bench/device/session.sh 5   # the series at 40 layers, then the 2048-row dense Q6_K projections at 17-32 columns
+#                                    # on the narrow kernel in int8 instead of MMQ + its stream-k fix-up (a switch of
+#                                    # 0113: no build), with the B runs of both
 set -u
-call=${1:?which call: 1, 3 or 4}
+call=${1:?which call: 1-5}
 export QUANTS=q4_k_m GEN_LAYERS=8
 NB=GGML_CUDA_MMQ_NARROW
 OUT=${OUT:-/tmp/clover-out}
@@ -37,11 +46,20 @@ experts_ops() {
 case $call in
   1) LAYERS=40 STAGES=build,gen,convert,baseline,clover,loops,parity PARITY_PRESETS=tiny BUDGET_S=575 \
        bash bench/device/run.sh ;;
+  2) OUT=$OUT/ops-eval STAGES=build,ops OPS_STAGES=eval EVAL_WIDE=0 EVAL_MODES=default \
+       EVAL_OPS=MOE_CORESET,PREVIEW_CONV BUDGET_S=165 bash bench/device/run.sh > /dev/null 2>&1
+     grep -ah "FAIL\|passed" "$OUT"/ops-eval/ops/tbo-eval-*.log
+     mkdir -p "$OUT/parity"; OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny BUDGET_S=70 bash bench/device/run.sh > /dev/null 2>&1
+     grep -h "verify tiny" "$OUT/parity/run.log" ;;
   3) export LAYERS=8 TRACE_REPS=3 TRACE_PASSES="preview preview-c8 fused commit"
      STAGES=build,gen,convert,trace BUDGET_S=300 bash bench/device/run.sh ;;
   4) export MODE_lean="${NB}_LEAN=1" MODE_lean2="${NB}_LEAN=2" MODE_sp="${NB}_ID_SMALL=1"
      experts_ops "lean2 sp" "default lean lean2 sp" 25 430 ;;
-  *) echo "call 1, 3 or 4" >&2; exit 2 ;;
+  5) # (nothing reads CLOVER_SWEEP_REPEAT: b is the default in a process of its own, the drift between processes)
+     I8=GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=2048 R2=CLOVER_SWEEP_REPEAT=2
+     SWEEP="i8:$I8 b:$R2 i8b:$I8,$R2" LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 \
+       bash bench/device/run.sh ;;
+  *) echo "call 1-5" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -8,6 +8,8 @@
 #   real:    real_graph.cpp / .py, both on the tiny preset's real preview and fused pass, recorded node by node by the
 #            venv's CPU engine, with the inputs and outputs where its allocator put them (REAL_LIB: another CPU
 #            build's library folder, default the venv's).
+# TREE=<a patched llama.cpp tree>: cut the kernels from it instead of the series' (e.g. build/llama-dev/src/vendor/llama.cpp
+# while editing clover-fusion.cu there).
 #
 #   bash bench/device/fusion_on_cpu/check.sh [coreset|conv|real|all]  (default all: about 4 min on 2 cores; exit 1: a case failed)
 set -euo pipefail
@@ -18,13 +20,17 @@ WHICH=${1:-all}
 E=bench/device/fusion_on_cpu
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-V=$("$PY" - "$T" <<'PYEOF'
+if [ -n "${TREE:-}" ]; then # a patched tree being edited (its ggml/ and tests/, copied)
+  V=$T/tree && mkdir -p "$V" && cp -r "$TREE/ggml" "$TREE/tests" "$V/"
+else
+  V=$("$PY" - "$T" <<'PYEOF'
 import sys
 from pathlib import Path
 from clover_patches import build
 print(build.prepare_tree(Path(sys.argv[1]) / "tree", build.series()) / build.VENDOR)
 PYEOF
-)
+  )
+fi
 git -C "$V" apply "$ROOT/bench/device/kernels-test-cases.patch"
 C=$V/ggml/src/ggml-cuda
 LIB=$("$PY" -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / "lib")')
@@ -40,7 +46,8 @@ cut_failed() { echo "could not cut $1 out of $C/clover-fusion.cu(h)" >&2; exit 2
 grep -q 'clover_fusion_confined' "$T/fusion-common.inc" || cut_failed "the fusions' shared helpers"
 { sed -n '/^struct ggml_cuda_moe_coreset_match {/,/^};/p' "$C/clover-fusion.cuh"; cat "$T/fusion-common.inc"
   sed -n -e '/^#define MOE_CORESET_WARPS/,/^#define MOE_CORESET_SMEM_MAX/p' -e '/^static int moe_coreset_pow2/,/^}/p' \
-      -e '/^static size_t moe_coreset_smem/,/^}/p' -e '/^bool ggml_cuda_match_moe_coreset(/,/^}/p' "$C/clover-fusion.cu"
+      -e '/^static int moe_coreset_chunk/,/^}/p' -e '/^static size_t moe_coreset_smem/,/^}/p' \
+      -e '/^bool ggml_cuda_match_moe_coreset(/,/^}/p' "$C/clover-fusion.cu"
 } > "$T/coreset-match.inc"
 # the kernel as a host function, its dynamic shared memory a buffer
 sed -n '/^static __global__ void __launch_bounds__(MOE_CORESET_WARPS \* WARP_SIZE, 1)/,/^}/p' "$C/clover-fusion.cu" |

@@ -25,11 +25,8 @@
 #                                    # pass and a commit (kernels per pass and kernel time by kind)
 #   bash bench/device/session.sh 4   # experiments/0115-* (its own carry): lean2, sp against the CPU, the experts per
 #                                    # op with lean, lean2, sp
-#   bash bench/device/session.sh 5   # the series at 40 layers, then the 2048-row dense Q6_K projections at 17-32 columns
-#                                    # on the narrow kernel in int8 instead of MMQ + its stream-k fix-up (a switch of
-#                                    # 0113: no build), with the B runs of both
 set -u
-call=${1:?which call: 1-5}
+call=${1:?which call: 1-4}
 export QUANTS=q4_k_m GEN_LAYERS=8
 NB=GGML_CUDA_MMQ_NARROW
 OUT=${OUT:-/tmp/clover-out}
@@ -55,11 +52,7 @@ case $call in
      STAGES=build,gen,convert,trace BUDGET_S=300 bash bench/device/run.sh ;;
   4) export MODE_lean="${NB}_LEAN=1" MODE_lean2="${NB}_LEAN=2" MODE_sp="${NB}_ID_SMALL=1"
      experts_ops "lean2 sp" "default lean lean2 sp" 25 430 ;;
-  5) # (nothing reads CLOVER_SWEEP_REPEAT: b is the default in a process of its own, the drift between processes)
-     I8=GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=2048 R2=CLOVER_SWEEP_REPEAT=2
-     SWEEP="i8:$I8 b:$R2 i8b:$I8,$R2" LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 \
-       bash bench/device/run.sh ;;
-  *) echo "call 1-5" >&2; exit 2 ;;
+  *) echo "call 1-4" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

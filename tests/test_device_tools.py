@@ -95,6 +95,22 @@ def test_profile_summarize_reads_the_same_csvs_by_kernel_kind(tmp_path: Path) ->
     assert res["commit"]["kernel_sum_ms"] == pytest.approx(21.8)
 
 
+def test_trace_summary_counts_an_early_launched_kernel_from_the_end_of_the_one_it_waits_for() -> None:
+    # two passes of three kernels (us): B launched with programmatic dependent launch starts inside A
+    # and waits for it; its duration counts that wait, its exclusive time does not
+    one = [("A", 0.0, 10.0), ("B", 5.0, 12.0), ("mul_mat_q<14>", 15.0, 20.0)]
+    kernels = one + [(n, s + 100.0, e + 100.0) for n, s, e in one]
+    res = profile.trace_summary("preview", 2, kernels)
+    assert res["kernels_per_pass"] == 3
+    assert res["gpu_span_ms"] == [0.02, 0.02] and res["kernel_sum_ms"] == [0.022, 0.022]
+    top = res["top_kernels_us"]
+    assert top["B"] == {"n": 1, "us": 7.0, "exclusive_us": 2.0}
+    assert top["A"]["exclusive_us"] == 10.0 and top["mul_mat_q<14>"]["exclusive_us"] == 5.0
+    assert list(top) == ["A", "mul_mat_q<14>", "B"]  # by exclusive time
+    assert sum(v["exclusive_us"] for v in top.values()) == 17.0  # the busy time: the span less its gap
+    assert res["by_kind_us"]["matmul: mmq"] == {"n": 1, "us": 5.0}
+
+
 def test_stalls_table_reads_a_case_without_kernels_as_empty(tmp_path: Path) -> None:
     p = tmp_path / "ncu-none.csv"
     p.write_text("==WARNING== No kernels were profiled.\n")

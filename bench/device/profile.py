@@ -122,42 +122,51 @@ def trace(model: str, kind: str, prefix: int, reps: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     one, close = setup(model, kind, prefix)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            one()
+    kernels = sorted(
+        (
+            (e.name, e.time_range.start, e.time_range.end)
+            for e in prof.events()
+            if e.device_type == DeviceType.CUDA and e.time_range.elapsed_us() > 0
+        ),
+        key=lambda k: k[1],
+    )
+    close()
+    if not kernels:
+        return {"pass": kind, "error": "no CUDA kernels recorded"}
+    return trace_summary(kind, reps, kernels)
+
+
+def trace_summary(kind: str, reps: int, kernels: list[tuple[str, float, float]]) -> dict:
+    """`reps` passes' kernels as (name, start, end) in us, in order of start: per pass, kernel time
+    (durations added), GPU span, by kind; the largest kernels by name with their exclusive time too,
+    what each adds to the GPU's busy time: a kernel launched early (programmatic dependent launch)
+    and waiting for the one before it counts from that one's end."""
     spans, sums = [], []
     by: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     by_name: dict[str, float] = defaultdict(float)
     excl_by_name: dict[str, float] = defaultdict(float)
     name_counts: dict[str, int] = defaultdict(int)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            one()
-    kernels = sorted(
-        (e for e in prof.events() if e.device_type == DeviceType.CUDA and e.time_range.elapsed_us() > 0),
-        key=lambda e: e.time_range.start,
-    )
-    close()
-    if not kernels:
-        return {"pass": kind, "error": "no CUDA kernels recorded"}
     # the passes run the same graph, so the same kernels: split by count (splitting at the largest
     # gaps between kernels went wrong on 2026-12-04: a gap inside a pass outgrew one between passes)
     n = len(kernels) // reps
     cuts = [i * n for i in range(1, reps)]
     for lo, hi in zip([0, *cuts], [*cuts, len(kernels)], strict=True):
         ks = kernels[lo:hi]
-        spans.append(ks[-1].time_range.end - ks[0].time_range.start)
-        sums.append(sum(k.time_range.elapsed_us() for k in ks))
-        busy_until = ks[0].time_range.start
-        for k in ks:
-            # exclusive time: what the kernel adds to the GPU's busy time, so a kernel launched early
-            # (programmatic dependent launch) and waiting for the one before it counts from that one's end
-            start = max(k.time_range.start, busy_until)
-            excl_by_name[k.name[:100]] += max(0, k.time_range.end - start) / reps
-            busy_until = max(busy_until, k.time_range.end)
-            label = kind_of(k.name)
-            by[label] += k.time_range.elapsed_us() / reps
+        spans.append(max(end for _, _, end in ks) - ks[0][1])
+        sums.append(sum(end - start for _, start, end in ks))
+        busy_until = ks[0][1]
+        for name, start, end in ks:
+            excl_by_name[name[:100]] += max(0.0, end - max(start, busy_until)) / reps
+            busy_until = max(busy_until, end)
+            label = kind_of(name)
+            by[label] += (end - start) / reps
             counts[label] += 1
-            by_name[k.name[:100]] += k.time_range.elapsed_us() / reps
-            name_counts[k.name[:100]] += 1
+            by_name[name[:100]] += (end - start) / reps
+            name_counts[name[:100]] += 1
     return {
         "pass": kind,
         "reps": reps,

@@ -25,8 +25,13 @@
 #                                    # pass and a commit (kernels per pass and kernel time by kind)
 #   bash bench/device/session.sh 4   # experiments/0115-* (its own carry): lean2, sp against the CPU, the experts per
 #                                    # op with lean, lean2, sp
+#   bash bench/device/session.sh 5   # the series at 40 layers, then dense matmuls of 33-64 columns from 4096 rows on the
+#                                    # narrow kernel in int8 (a switch of 0113, no build): the fused pass's head has 33
+#                                    # rows and runs on MMQ, which at 32 columns took 433 us against the narrow kernel's
+#                                    # 310; per op MMQ won at 64 columns on 8192x2048 (31.0 against 33.2 us), so only
+#                                    # the passes tell. With a B run of both
 set -u
-call=${1:?which call: 1-4}
+call=${1:?which call: 1-5}
 export QUANTS=q4_k_m GEN_LAYERS=8
 NB=GGML_CUDA_MMQ_NARROW
 OUT=${OUT:-/tmp/clover-out}
@@ -52,7 +57,11 @@ case $call in
      STAGES=build,gen,convert,trace BUDGET_S=300 bash bench/device/run.sh ;;
   4) export MODE_lean="${NB}_LEAN=1" MODE_lean2="${NB}_LEAN=2" MODE_sp="${NB}_ID_SMALL=1"
      experts_ops "lean2 sp" "default lean lean2 sp" 25 430 ;;
-  *) echo "call 1-4" >&2; exit 2 ;;
+  5) # (nothing reads CLOVER_SWEEP_REPEAT: b is the default in a process of its own, the drift between processes)
+     W64=GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64 R2=CLOVER_SWEEP_REPEAT=2
+     SWEEP="w64:$W64 b:$R2 w64b:$W64,$R2" LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 \
+       bash bench/device/run.sh ;;
+  *) echo "call 1-5" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -20,23 +20,23 @@ CHECK = ROOT / "bench" / "device" / "fusion_on_cpu" / "check.sh"
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 
-def run_check(which: str) -> str:
+@pytest.fixture(scope="module")
+def check_output() -> str:
+    """One run of every check (the patched tree is prepared once)."""
     env = {**os.environ, "PY": sys.executable}
-    res = subprocess.run(["bash", str(CHECK), which], cwd=ROOT, env=env, capture_output=True, text=True)
+    res = subprocess.run(["bash", str(CHECK), "all"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     return res.stdout
 
 
-def test_kernels_match_the_cpu_on_the_test_cases():
-    for which in ("coreset", "conv"):
-        out = run_check(which)
-        summary = re.findall(r"^(\d+) cases, (\d+) failed$", out, re.M)
-        assert len(summary) == 1 and int(summary[0][0]) > 0 and summary[0][1] == "0", out
+def test_kernels_match_the_cpu_on_the_test_cases(check_output):
+    # the coreset's cases, then the conv's: each program ends with its count
+    summary = re.findall(r"^(\d+) cases, (\d+) failed$", check_output, re.M)
+    assert len(summary) == 2 and all(int(n) > 0 and f == "0" for n, f in summary), check_output
 
 
-def test_kernels_match_the_cpu_on_a_real_preview_with_its_allocation():
-    out = run_check("real")
+def test_kernels_match_the_cpu_on_a_real_preview_with_its_allocation(check_output):
     # the tiny preset's 3 GDN and 4 MoE layers in both passes; in the preview the allocator gives the conv's
     # output memory of its inputs, which the kernel must not write over (the first version of 0114 did)
-    assert out.count("3 conv constructions (3 expected), 4 coresets (4 expected), 0 failed") == 2, out
-    assert "output staged" in out, out
+    assert check_output.count("3 conv constructions (3 expected), 4 coresets (4 expected), 0 failed") == 2
+    assert "output staged" in check_output, check_output

@@ -160,13 +160,13 @@ def trace_summary(kind: str, reps: int, kernels: list[tuple[str, float, float]])
         sums.append(sum(end - start for _, start, end in ks))
         busy_until = ks[0][1]
         for name, start, end in ks:
-            excl_by_name[name[:100]] += max(0.0, end - max(start, busy_until)) / reps
+            short, label = name[:100], kind_of(name)
+            excl_by_name[short] += max(0.0, end - max(start, busy_until)) / reps
             busy_until = max(busy_until, end)
-            label = kind_of(name)
             by[label] += (end - start) / reps
             counts[label] += 1
-            by_name[name[:100]] += (end - start) / reps
-            name_counts[name[:100]] += 1
+            by_name[short] += (end - start) / reps
+            name_counts[short] += 1
     return {
         "pass": kind,
         "reps": reps,

@@ -22,15 +22,6 @@ static std::vector<float> g_smem; // the coreset kernel's dynamic shared memory
 static std::vector<ggml_tensor *>                              g_nodes;
 static std::unordered_map<const ggml_tensor *, std::vector<char>> g_data; // a node's bytes just after it was computed
 
-// the bytes a tensor spans (a view: from its first element to its last)
-static size_t span(const ggml_tensor * t) {
-    size_t n = ggml_type_size(t->type);
-    for (int d = 0; d < GGML_MAX_DIMS; d++) {
-        n += (t->ne[d] - 1) * t->nb[d];
-    }
-    return n;
-}
-
 // a tensor's data as the construction's first node saw it: its copy if it is a node of the pass, else (weights,
 // caches) its memory
 static const char * data_of(const ggml_tensor * t) {
@@ -52,13 +43,13 @@ struct placed_memory {
         for (const ggml_tensor * t : inputs) {
             if (clover_fusion_overlap(t, dst)) {
                 lo = std::min(lo, (const char *) t->data);
-                hi = std::max(hi, (const char *) t->data + span(t));
+                hi = std::max(hi, (const char *) t->data + ggml_nbytes(t));
             }
         }
         arena.resize(hi - lo);
         for (const ggml_tensor * t : inputs) {
             if (clover_fusion_overlap(t, dst)) {
-                memcpy(at(t), data_of(t), span(t));
+                memcpy(at(t), data_of(t), ggml_nbytes(t));
             }
         }
     }
@@ -79,7 +70,7 @@ extern "C" bool rg_eval(ggml_tensor * t, bool ask) {
     }
     g_nodes.push_back(t);
     const char * p = (const char *) t->data;
-    g_data[t].assign(p, p + span(t));
+    g_data[t].assign(p, p + ggml_nbytes(t));
     return true;
 }
 

@@ -45,7 +45,7 @@ cut_failed() { echo "could not cut $1 out of $C/clover-fusion.cu(h)" >&2; exit 2
   sed -n "/^\/\/ ---- what the fusions share/,/^\/\/ ---- a block's expert coreset/p" "$C/clover-fusion.cu"; } > "$T/fusion-common.inc"
 grep -q 'clover_fusion_confined' "$T/fusion-common.inc" || cut_failed "the fusions' shared helpers"
 { sed -n '/^struct ggml_cuda_moe_coreset_match {/,/^};/p' "$C/clover-fusion.cuh"; cat "$T/fusion-common.inc"
-  sed -n -e '/^#define MOE_CORESET_WARPS/,/^#define MOE_CORESET_SMEM_MAX/p' -e '/^static int moe_coreset_pow2/,/^}/p' \
+  sed -n -e '/^#define MOE_CORESET_WARPS/,/^#define MOE_CORESET_SMEM_MAX/p' -e '/^static int moe_coreset_chunk/,/^}/p' \
       -e '/^static size_t moe_coreset_smem/,/^}/p' -e '/^bool ggml_cuda_match_moe_coreset(/,/^}/p' "$C/clover-fusion.cu"
 } > "$T/coreset-match.inc"
 # the kernel as a host function, its dynamic shared memory a buffer

@@ -56,11 +56,11 @@ int main() {
                 continue;
             }
 
-            g_smem.assign(moe_coreset_smem((int) c.n_expert, (int) c.n_rows, match.k) / sizeof(float) + 1, 0.0f);
+            g_smem.assign(moe_coreset_smem((int) c.n_expert) / sizeof(float) + 1, 0.0f);
             std::vector<float> dst(ggml_nelements(add));
             cuda_on_host::launch({ 1, 1, 1 }, { MOE_CORESET_WARPS * 32, 1, 1 }, [&] {
                 moe_coreset_f32((const float *) logits->data, logits->nb[1] / sizeof(float), dst.data(), (int) c.n_expert,
-                                (int) c.n_rows, match.k, match.top_p, match.size, moe_coreset_pow2((int) c.n_expert));
+                                (int) c.n_rows, match.k, match.top_p, match.size, moe_coreset_chunk((int) c.n_expert));
             });
             const int differ = (int) std::lround(
                 mismatch(dst.data(), (const float *) add->data, (int64_t) dst.size(), 0.0) * (double) dst.size());

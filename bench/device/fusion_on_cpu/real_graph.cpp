@@ -119,12 +119,12 @@ extern "C" int rg_check(int n_conv, int n_coreset) {
         if (ggml_cuda_match_moe_coreset(gf, i, cs)) {
             found_coreset++;
             const int n_expert = (int) cs.logits->ne[0], n_rows = (int) cs.logits->ne[1];
-            g_smem.assign(moe_coreset_smem(n_expert, n_rows, cs.k) / sizeof(float) + 1, 0.0f);
+            g_smem.assign(moe_coreset_smem(n_expert) / sizeof(float) + 1, 0.0f);
             placed_memory mem(cs.dst, { cs.logits });
             float *       out = mem.output();
             cuda_on_host::launch({ 1, 1, 1 }, { MOE_CORESET_WARPS * 32, 1, 1 }, [&] {
                 moe_coreset_f32((const float *) mem.input(cs.logits), cs.logits->nb[1] / sizeof(float), out, n_expert,
-                                n_rows, cs.k, cs.top_p, cs.size, moe_coreset_pow2(n_expert));
+                                n_rows, cs.k, cs.top_p, cs.size, moe_coreset_chunk(n_expert));
             });
             const double bad = mismatch(out, (const float *) data_of(cs.dst), ggml_nelements(cs.dst), 0.0);
             failed += bad > 0;

@@ -178,3 +178,36 @@ def test_same_logits_on_the_cpu_is_identical_for_a_cuda_switch(llama_gguf: Path)
     assert res.returncode == 0, res.stderr[-2000:]
     vocab = 512  # the tiny preset's
     assert res.stdout.splitlines() == [f"{n} rows: identical ({n * vocab} logits)" for n in (8, 17)]
+
+
+def _run_sh(tmp_path: Path, source: bytes) -> str:
+    """run.sh with no stages on a carry whose source is `source`, in one WORK across calls."""
+    # one carry a source, made once: a tarball made again would differ by its file's mtime
+    carry, work, out = tmp_path / f"carry-{source.hex()}", tmp_path / "work", tmp_path / "out"
+    if not carry.exists():
+        carry.mkdir()
+        (carry / "f").write_bytes(source)
+        subprocess.run(["tar", "czf", carry / "llama-src.tar.gz", "-C", carry, "f"], check=True)
+    work.mkdir(exist_ok=True)
+    out.mkdir(exist_ok=True)
+    env = {"PATH": "/usr/bin:/bin", "STAGES": "none", "CARRY": str(carry), "WORK": str(work)}
+    env |= {"OUT": str(out), "PY": sys.executable}
+    res = subprocess.run(
+        ["bash", "bench/device/run.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    return (out / "run.log").read_text()
+
+
+def test_run_sh_keeps_an_earlier_calls_timings_only_for_the_same_source(tmp_path: Path) -> None:
+    # a warm machine's second call keeps the first's timing files only when it carries the same
+    # source: an experiment's carry after the series' must not report the series' runs as its own
+    _run_sh(tmp_path, b"series")
+    timing = tmp_path / "work" / "timing-clover-40-q4_k_m.json"
+    timing.write_text("{}")
+    assert "set aside" not in _run_sh(tmp_path, b"series")
+    assert timing.exists()
+    log = _run_sh(tmp_path, b"series + experiment")
+    assert "set aside" in log
+    assert not timing.exists()
+    assert len(list((tmp_path / "work").glob("results-*/timing-clover-40-q4_k_m.json"))) == 1

@@ -282,8 +282,10 @@ fi
 
 # ---- timings ---------------------------------------------------------------------------------
 time_file() {  # $1 gguf, $2 tag, then extra timing.py arguments; a file timed by an earlier call is kept
-  local f=$1 tag=$2 need=$(( 40 + $(stat -c %s "$1") / 1000000000 * 4 ))
+  local f=$1 tag=$2 gb=$(( $(stat -c %s "$1") / 1000000000 )) need
   shift 2
+  # what a run takes: a 21 GB file without the loop simulations 45-50 s (2026-12-05), with them about twice
+  if [[ " $* " == *" --no-sim "* ]]; then need=$(( 30 + gb )); else need=$(( 40 + gb * 4 )); fi
   if [ -f "$WORK/timing-$tag.json" ]; then log "timing $tag: kept from an earlier call"; return; fi
   if (( $(left) < need )); then note "time-$tag" "too little time left ($(left) s, need ~$need)"; return; fi
   log "timing $tag ($f)"
@@ -300,6 +302,14 @@ clover_bench() {  # $1 gguf, $2 tag: the runtime's own `clover bench` on the sam
     || { note "clover-bench-$2" "clover bench failed"; rm -f "$WORK/clover-bench-$2.json"; }
 }
 [ -n "${RETIME:-}" ] && rm -f "$WORK"/timing-*.json "$WORK"/clover-bench-*.json "$WORK/parity.json"
+# an earlier call's results on this warm machine are kept only for the same carried source: another
+# source's (an experiment's carry after the series', or back) go aside, so that result.json holds one build
+if [ -f "$WORK/results.src" ] && [ "$(cat "$WORK/results.src")" != "$SRC_SHA" ]; then
+  aside="$WORK/results-$(cat "$WORK/results.src")"; mkdir -p "$aside"
+  mv "$WORK"/timing-* "$WORK"/clover-bench-*.json "$WORK"/loops-* "$WORK/parity.json" "$WORK/profile.json" "$aside"/ 2>/dev/null
+  log "results of source $(cat "$WORK/results.src") set aside in $aside (this call's: $SRC_SHA)"
+fi
+echo "$SRC_SHA" > "$WORK/results.src"
 if want baseline || want clover || want loops || want parity || want cbench || want nographs || want legacy || want sweep || want profile || want trace || want cpumoe || want ops || want spec || want slots; then
   wait_build || note timings "no CUDA wheel"
 fi

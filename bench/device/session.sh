@@ -11,29 +11,34 @@
 # memory the allocator had given its output, which 0116's graph makes happen in a preview: 2 of the tiny preset's 3
 # GDN layers, fusion_on_cpu/check.sh real). The fix (the conv writes a pool buffer there, copied to the output)
 # landed with both as patches 0012 and 0114 and was measured by call 1 (05:00); call 3 (05:03) traced it, and call 2's
-# first form (05:14) measured a second coreset kernel against the first. The next session's calls:
+# first form (05:14) measured a second coreset kernel against the first, its final form checked by call 2 (07:50).
+#
+# A call takes the carry in $CARRY (run.sh's default .devcarry): with an experiment's carry there, the series' own goes
+# to another ignored folder, e.g. `prepare.py --prebuilt build/cuda-local --out .devcarry-series`, and calls 1-3
+# and 5 run as CARRY=$PWD/.devcarry-series bash bench/device/session.sh N, carry [".devcarry-series"]. The calls:
 #
 #   bash bench/device/session.sh 1   # the series (carry: prepare.py --prebuilt build/cuda-local) at 40 layers:
 #                                    # upstream's step and prompt processing, the passes, the loop simulations;
 #                                    # then `clover verify` on the GPU (tiny preset, F32, Q8_0, Q4_K_M)
-#   bash bench/device/session.sh 2   # branch wip-coreset2 (0114 with the second coreset kernel: 1024 threads, rows in
-#                                    # registers, ranks by counting, every thread writing the output; its 05:14 form
-#                                    # against the first: docs/performance.md): MOE_CORESET and PREVIEW_CONV against
-#                                    # the CPU, then `clover verify` (tiny). Carry: on the branch, patches/build.py
-#                                    # --dev, build_cuda_here.sh, prepare.py --prebuilt; merge it if both pass
+#   bash bench/device/session.sh 2   # patch 0114's kernels (the preview conv, the second coreset kernel: 1024 threads,
+#                                    # rows in registers, ranks by counting) against the CPU, MOE_CORESET and
+#                                    # PREVIEW_CONV, then `clover verify` (tiny); its 07:50 run is why 0114 holds them
 #   bash bench/device/session.sh 3   # 8 layers: CUPTI traces of the preview (coreset off and forced to 8), the fused
 #                                    # pass and a commit (kernels per pass and kernel time by kind)
-#   bash bench/device/session.sh 4   # experiments/0115-* (its own carry): lean2, sp against the CPU, the experts per
-#                                    # op with lean, lean2, sp
-#   bash bench/device/session.sh 5   # the series at 40 layers, then dense matmuls of 33-64 columns from 4096 rows on the
-#                                    # narrow kernel in int8 (a switch of 0113, no build): the fused pass's head has 33
-#                                    # rows and runs on MMQ, which at 32 columns took 433 us against the narrow kernel's
-#                                    # 310; per op MMQ won at 64 columns on 8192x2048 (31.0 against 33.2 us), so only
-#                                    # the passes tell. With a B run of both
+#   bash bench/device/session.sh 4   # an experiment's carry (prepare_experiment.sh; .devcarry): the experts
+#                                    # (MUL_MAT_ID_SMALL, _GLU) against the CPU in the modes EVAL_M, then per op in
+#                                    # the modes PERF_M (default "default" and EVAL_M's), PERF_S s a mode, BUDGET_S;
+#                                    # a mode is an exported MODE_<tag>="VAR=V ...", e.g. MODE_lean2=GGML_CUDA_MMQ_NARROW_LEAN=2
+#   bash bench/device/session.sh 5   # the series at 40 layers, then each of SWEEP's settings ("tag:VAR=V,... ...",
+#                                    # run.sh's sweep: the passes without the loop simulations), e.g. SWEEP="x:VAR=1
+#                                    # b:CLOVER_SWEEP_REPEAT=2 xb:VAR=1,CLOVER_SWEEP_REPEAT=2" (b: the default in a
+#                                    # process of its own, the drift between processes; nothing reads that variable)
+#
+# 2026-12-05 08:56-09:11 UTC ran call 5 with SWEEP w64 (dense int8 to 64 columns, slower) and call 4 on experiment
+# 0115 (lean MUL_MAT_ID units), then its 40-layer sweep, as commit 3a3a001 has them (docs/performance.md).
 set -u
 call=${1:?which call: 1-5}
 export QUANTS=q4_k_m GEN_LAYERS=8
-NB=GGML_CUDA_MMQ_NARROW
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
 ID_PERF='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),'
@@ -55,12 +60,8 @@ case $call in
      grep -h "verify tiny" "$OUT/parity/run.log" ;;
   3) export LAYERS=8 TRACE_REPS=3 TRACE_PASSES="preview preview-c8 fused commit"
      STAGES=build,gen,convert,trace BUDGET_S=300 bash bench/device/run.sh ;;
-  4) export MODE_lean="${NB}_LEAN=1" MODE_lean2="${NB}_LEAN=2" MODE_sp="${NB}_ID_SMALL=1"
-     experts_ops "lean2 sp" "default lean lean2 sp" 25 430 ;;
-  5) # (nothing reads CLOVER_SWEEP_REPEAT: b is the default in a process of its own, the drift between processes)
-     W64=GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64 R2=CLOVER_SWEEP_REPEAT=2
-     SWEEP="w64:$W64 b:$R2 w64b:$W64,$R2" LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 \
-       bash bench/device/run.sh ;;
+  4) experts_ops "${EVAL_M:?the modes to check against the CPU}" "${PERF_M:-default $EVAL_M}" "${PERF_S:-25}" "${BUDGET_S:-430}" ;;
+  5) SWEEP="${SWEEP:-}" LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
   *) echo "call 1-5" >&2; exit 2 ;;
 esac
 rc=$?

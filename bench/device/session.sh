@@ -24,7 +24,8 @@
 #                                    # rows in registers, ranks by counting) against the CPU, MOE_CORESET and
 #                                    # PREVIEW_CONV, then `clover verify` (tiny); its 07:50 run is why 0114 holds them
 #   bash bench/device/session.sh 3   # 8 layers: CUPTI traces of the preview (coreset off and forced to 8), the fused
-#                                    # pass and a commit (kernels per pass and kernel time by kind)
+#                                    # pass, a commit and the plain 1-row step (raw-ar: what each kind of kernel
+#                                    # costs a 32-row pass against the step it is measured by)
 #   bash bench/device/session.sh 4   # an experiment's carry (prepare_experiment.sh; .devcarry): the experts
 #                                    # (MUL_MAT_ID_SMALL, _GLU) against the CPU in the modes EVAL_M, then per op in
 #                                    # the modes PERF_M (default "default" and EVAL_M's), PERF_S s a mode, BUDGET_S;
@@ -58,7 +59,7 @@ case $call in
      grep -ah "FAIL\|passed" "$OUT"/ops-eval/ops/tbo-eval-*.log
      mkdir -p "$OUT/parity"; OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny BUDGET_S=70 bash bench/device/run.sh > /dev/null 2>&1
      grep -h "verify tiny" "$OUT/parity/run.log" ;;
-  3) export LAYERS=8 TRACE_REPS=3 TRACE_PASSES="preview preview-c8 fused commit"
+  3) export LAYERS=8 TRACE_REPS=3 TRACE_PASSES="${TRACE_PASSES:-preview preview-c8 fused commit raw-ar}"
      STAGES=build,gen,convert,trace BUDGET_S=300 bash bench/device/run.sh ;;
   4) experts_ops "${EVAL_M:?the modes to check against the CPU}" "${PERF_M:-default $EVAL_M}" "${PERF_S:-25}" "${BUDGET_S:-430}" ;;
   5) SWEEP="${SWEEP:-}" LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;

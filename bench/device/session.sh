@@ -34,11 +34,15 @@
 #                                    # run.sh's sweep: the passes without the loop simulations), e.g. SWEEP="x:VAR=1
 #                                    # b:CLOVER_SWEEP_REPEAT=2 xb:VAR=1,CLOVER_SWEEP_REPEAT=2" (b: the default in a
 #                                    # process of its own, the drift between processes; nothing reads that variable)
+#   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
+#                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
+#                                    # default 400), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
+#                                    # logits of causal batches of 32 and 64 rows must not move a bit)
 #
 # 2026-12-05 08:56-09:11 UTC ran call 5 with SWEEP w64 (dense int8 to 64 columns, slower) and call 4 on experiment
 # 0115 (lean MUL_MAT_ID units), then its 40-layer sweep, as commit 3a3a001 has them (docs/performance.md).
 set -u
-call=${1:?which call: 1-5}
+call=${1:?which call: 1-6}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -63,7 +67,18 @@ case $call in
      STAGES=build,gen,convert,trace BUDGET_S=300 bash bench/device/run.sh ;;
   4) experts_ops "${EVAL_M:?the modes to check against the CPU}" "${PERF_M:-default $EVAL_M}" "${PERF_S:-25}" "${BUDGET_S:-430}" ;;
   5) SWEEP="${SWEEP:-}" LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
-  *) echo "call 1-5" >&2; exit 2 ;;
+  6) mkdir -p "$OUT/parity"
+     OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny PARITY_QUANTS=f32,q4_k_m BUDGET_S=110 \
+       bash bench/device/run.sh > /dev/null 2>&1
+     grep -h "verify tiny" "$OUT/parity/run.log"
+     SWEEP="${SWEEP:-}" LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S="${BUDGET_S:-400}" \
+       bash bench/device/run.sh
+     if [ -n "${SAME:-}" ]; then
+       W=${WORK:-/tmp/clover-dev}
+       PYTHONPATH="$W/site:$W/pure:$W/pylink:$PWD" python3 bench/device/same_logits.py "$W/clover-8-q4_k_m.gguf" "$SAME" \
+         --rows 32,64 2>&1 | tail -3 | tee "$OUT/same_logits.txt"
+     fi ;;
+  *) echo "call 1-6" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

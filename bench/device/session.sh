@@ -36,7 +36,7 @@
 #                                    # process of its own, the drift between processes; nothing reads that variable)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
-#                                    # default 400), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
+#                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
 #                                    # logits of causal batches of 32 and 64 rows must not move a bit)
 #
 # 2026-12-05 08:56-09:11 UTC ran call 5 with SWEEP w64 (dense int8 to 64 columns, slower) and call 4 on experiment
@@ -71,7 +71,7 @@ case $call in
      OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny PARITY_QUANTS=f32,q4_k_m BUDGET_S=110 \
        bash bench/device/run.sh > /dev/null 2>&1
      grep -h "verify tiny" "$OUT/parity/run.log"
-     SWEEP="${SWEEP:-}" LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S="${BUDGET_S:-400}" \
+     SWEEP="${SWEEP:-}" LAYERS=40 STAGES="${STAGES6:-build,gen,convert,baseline,clover,sweep}" BUDGET_S="${BUDGET_S:-400}" \
        bash bench/device/run.sh
      if [ -n "${SAME:-}" ]; then
        W=${WORK:-/tmp/clover-dev}

@@ -13,16 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import sys
-import tempfile
-from pathlib import Path
 
-import numpy as np
+from clover_local.testing.recorded_passes import tiny_passes
 
-from clover_local.backend import LogitAdjustment, RowAdjustments
-from clover_local.llama.engine import LlamaEngine
-from clover_local.testing.bad_inputs import prepare_bases
-
-BLOCK = 32
 GDN_LAYERS, MOE_LAYERS = 3, 4  # the tiny preset: 4 layers, every 4th full attention, all MoE
 
 
@@ -30,26 +23,14 @@ def main(library: str) -> int:
     lib = ctypes.CDLL(library)
     lib.rg_eval.argtypes, lib.rg_eval.restype = [ctypes.c_void_p, ctypes.c_bool], ctypes.c_bool
     lib.rg_check.argtypes, lib.rg_check.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    with tempfile.TemporaryDirectory() as tmp:
-        _, gguf = prepare_bases(Path(tmp))  # the tiny checkpoint's F32 GGUF
-        record = lambda t, ask: lib.rg_eval(ctypes.addressof(t.contents), ask)  # noqa: E731
-        eng = LlamaEngine(gguf, n_ctx=512, speculative=True, eval_callback=record)
-        rng = np.random.default_rng(0)
-        adj = LogitAdjustment.identity(eng.vocab_size)
-        block = [eng.mask_token_id if i % 2 else int(t) for i, t in enumerate(rng.integers(0, 256, BLOCK))]
-        tokens = [int(t) for t in rng.integers(0, 256, BLOCK)]
-        eng.prefill([int(t) for t in rng.integers(0, 256, 48)], adj)
-        rc = 0
-        for name, run in (
-            ("preview", lambda: eng.preview(block, adj, eng.default_routing)),
-            ("fused", lambda: eng.verify_and_draft(tokens, RowAdjustments.constant(adj, BLOCK), block)),
-        ):
+    rc = 0
+    with tiny_passes(lib.rg_eval) as passes:
+        for name, run in passes:
             lib.rg_reset()
             run()
             print(f"-- {name}", flush=True)
             failed = lib.rg_check(GDN_LAYERS, MOE_LAYERS)
             rc |= failed != 0
-        eng.close()
     return rc
 
 

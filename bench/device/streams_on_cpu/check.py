@@ -1,4 +1,4 @@
-"""Experiment 0115's stream plan on the tiny preset's real passes, without a GPU (check.sh).
+"""Patch 0115's stream plan on the tiny preset's real passes, without a GPU (check.sh).
 
     python check.py LIBRARY
 

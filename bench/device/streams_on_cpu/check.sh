@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Experiment 0115's stream plan checked without a GPU: ggml_cuda_clover_plan_streams and what it uses, cut out of the
+# Patch 0115's stream plan checked without a GPU: ggml_cuda_clover_plan_streams and what it uses, cut out of the
 # patched tree's ggml-cuda.cu and common.cuh, planned over the tiny preset's real preview and fused pass as a CPU engine
-# records them (streams_plan.cpp, check.py).
-# TREE=<a patched llama.cpp tree>: cut from it (default: the series with experiments/0115 applied).
+# records them (streams_plan.cpp, check.py). CI runs it (tests/test_cuda_streams_on_host.py).
+# TREE=<a patched llama.cpp tree>: cut from it (default: the series, prepared in a scratch folder).
 #
 #   [SP_VERBOSE=1] bash bench/device/streams_on_cpu/check.sh   (every node of a region with its stream; exit 1: a check failed)
 set -euo pipefail
@@ -19,8 +19,7 @@ else
 import sys
 from pathlib import Path
 from clover_patches import build
-patches = build.series() + sorted(Path("bench/device/experiments").resolve().glob("0115-*.patch"))
-print(build.prepare_tree(Path(sys.argv[1]) / "tree", patches) / build.VENDOR)
+print(build.prepare_tree(Path(sys.argv[1]) / "tree", build.series()) / build.VENDOR)
 PYEOF
   )
 fi

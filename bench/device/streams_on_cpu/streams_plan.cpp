@@ -1,4 +1,4 @@
-// Experiment 0115's stream plan (ggml_cuda_clover_plan_streams, cut out of the patched ggml-cuda.cu by check.sh) on a
+// Patch 0115's stream plan (ggml_cuda_clover_plan_streams, cut out of the patched ggml-cuda.cu by check.sh) on a
 // real pass's graph, without a GPU: a shared library loaded into a CPU engine as llama's eval callback (check.py). The
 // callback keeps every node of the pass in order; sp_check then plans the graph as the CUDA backend would and checks
 // what the plan promises: every node between a fork and its join has a stream, no node reads or writes memory that a

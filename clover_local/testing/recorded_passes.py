@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +21,12 @@ from clover_local.testing.bad_inputs import prepare_bases
 BLOCK = 32
 
 
-@contextmanager
-def tiny_passes(
-    record: Callable[[int, bool], bool],
-) -> Iterator[list[tuple[str, Callable[[], object]]]]:
-    """A CPU engine on the tiny checkpoint's F32 GGUF whose eval callback is `record(tensor address, ask)`,
-    after a 48-token prompt: its preview (coreset on) and fused pass of one block each, as (name, run)."""
+def recorded_passes(lib: ctypes.CDLL, prefix: str) -> Iterator[str]:
+    """The tiny checkpoint's F32 GGUF on a CPU engine whose eval callback is `lib`'s `<prefix>_eval(tensor
+    address, ask)`: after a 48-token prompt, its preview (coreset on) and fused pass of one block each, each
+    recorded from `<prefix>_reset()` on, announced as `-- <name>` and yielded by name to be checked."""
+    record = getattr(lib, f"{prefix}_eval")
+    record.argtypes, record.restype = [ctypes.c_void_p, ctypes.c_bool], ctypes.c_bool
     with tempfile.TemporaryDirectory() as tmp:
         _, gguf = prepare_bases(Path(tmp))
         callback = lambda t, ask: record(ctypes.addressof(t.contents), ask)  # noqa: E731
@@ -39,9 +38,14 @@ def tiny_passes(
             block = [eng.mask_token_id if i % 2 else int(t) for i, t in enumerate(ids)]
             tokens = [int(t) for t in rng.integers(0, 256, BLOCK)]
             eng.prefill([int(t) for t in rng.integers(0, 256, 48)], adj)
-            yield [
+            passes: list[tuple[str, Callable[[], object]]] = [
                 ("preview", lambda: eng.preview(block, adj, eng.default_routing)),
                 ("fused", lambda: eng.verify_and_draft(tokens, RowAdjustments.constant(adj, BLOCK), block)),
             ]
+            for name, run in passes:
+                getattr(lib, f"{prefix}_reset")()
+                run()
+                print(f"-- {name}", flush=True)
+                yield name
         finally:
             eng.close()

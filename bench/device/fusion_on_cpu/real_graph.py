@@ -14,23 +14,17 @@ from __future__ import annotations
 import ctypes
 import sys
 
-from clover_local.testing.recorded_passes import tiny_passes
+from clover_local.testing.recorded_passes import recorded_passes
 
 GDN_LAYERS, MOE_LAYERS = 3, 4  # the tiny preset: 4 layers, every 4th full attention, all MoE
 
 
 def main(library: str) -> int:
     lib = ctypes.CDLL(library)
-    lib.rg_eval.argtypes, lib.rg_eval.restype = [ctypes.c_void_p, ctypes.c_bool], ctypes.c_bool
     lib.rg_check.argtypes, lib.rg_check.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     rc = 0
-    with tiny_passes(lib.rg_eval) as passes:
-        for name, run in passes:
-            lib.rg_reset()
-            run()
-            print(f"-- {name}", flush=True)
-            failed = lib.rg_check(GDN_LAYERS, MOE_LAYERS)
-            rc |= failed != 0
+    for _ in recorded_passes(lib, "rg"):
+        rc |= lib.rg_check(GDN_LAYERS, MOE_LAYERS) != 0
     return rc
 
 

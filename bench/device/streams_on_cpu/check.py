@@ -14,24 +14,19 @@ from __future__ import annotations
 import ctypes
 import sys
 
-from clover_local.testing.recorded_passes import tiny_passes
+from clover_local.testing.recorded_passes import recorded_passes
 
 LAYERS = 4  # the tiny preset
 
 
 def main(library: str) -> int:
     lib = ctypes.CDLL(library)
-    lib.sp_eval.argtypes, lib.sp_eval.restype = [ctypes.c_void_p, ctypes.c_bool], ctypes.c_bool
     rc = 0
-    with tiny_passes(lib.sp_eval) as passes:
-        for name, run in passes:
-            lib.sp_reset()
-            run()
-            print(f"-- {name}", flush=True)
-            regions = lib.sp_check()
-            if regions != 2 * LAYERS:
-                print(f"FAIL {name}: {regions} (want {2 * LAYERS} regions; negative: failed checks)")
-                rc = 1
+    for name in recorded_passes(lib, "sp"):
+        regions = lib.sp_check()
+        if regions != 2 * LAYERS:
+            print(f"FAIL {name}: {regions} (want {2 * LAYERS} regions; negative: failed checks)")
+            rc = 1
     return rc
 
 

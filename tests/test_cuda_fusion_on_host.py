@@ -1,4 +1,4 @@
-"""Patch 0114's CUDA fusions without a GPU: `bench/device/fusion_on_cpu/check.sh` cuts each kernel and
+"""Patches 0114's and 0116's CUDA fusions without a GPU: `bench/device/fusion_on_cpu/check.sh` cuts each kernel and
 matcher out of the patched clover-fusion.cu and runs them on host threads against ggml's CPU backend,
 on test-backend-ops' graphs and on the tiny preset's real preview and fused pass with every tensor where
 the allocator put it. CI has no GPU, so this is the only place CI runs that code."""
@@ -30,13 +30,24 @@ def check_output() -> str:
 
 
 def test_kernels_match_the_cpu_on_the_test_cases(check_output):
-    # the coreset's cases, then the conv's: each program ends with its count
+    # the coreset's cases, the conv's, the block softmax's: each program ends with its count
     summary = re.findall(r"^(\d+) cases, (\d+) failed$", check_output, re.M)
-    assert len(summary) == 2 and all(int(n) > 0 and f == "0" for n, f in summary), check_output
+    assert len(summary) == 3 and all(int(n) > 0 and f == "0" for n, f in summary), check_output
+
+
+def test_the_block_softmax_takes_the_whole_construction_at_the_model_s_sizes(check_output):
+    # 16 key and 32 value heads of 128, 32 rows, the state gathered (a preview) and a view (a fused pass)
+    for gathered in (1, 0):
+        case = f"d_k=128,d_v=128,n=32,h_k=16,h_v=32,gathered_state={gathered}: the construction's"
+        assert case in check_output, check_output
 
 
 def test_kernels_match_the_cpu_on_a_real_preview_with_its_allocation(check_output):
     # the tiny preset's 3 GDN and 4 MoE layers in both passes; in the preview the allocator gives the conv's
     # output memory of its inputs, which the kernel must not write over (the first version of 0114 did)
-    assert check_output.count("3 conv constructions (3 expected), 4 coresets (4 expected), 0 failed") == 2
-    assert "output staged" in check_output, check_output
+    # (the matchers asked as ggml_cuda_try_fuse asks them: the first construction found stands for its nodes)
+    found = "3 conv constructions and 3 block softmaxes (3 expected of each), 4 coresets (4 expected), 0 failed"
+    assert check_output.count(found) == 2, check_output
+    assert "conv: conv_output_silu-0, 8 nodes from node 10 (128 channels, 32 rows, output staged)" in check_output
+    # the block softmax's output gets the conv output's memory too; in the preview its state is gathered
+    assert re.search(r"block softmax: .*, 35 nodes from node 18 \(.*state gathered, output staged\)", check_output)

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Patch 0114's CUDA fusions (clover-fusion.cu) checked on a machine without a GPU: each kernel's own source, cut out
-# of the patched tree, runs on host threads (cuda_on_host.h) against ggml's CPU backend (the venv's llama_cpp
+# Patches 0114's and 0116's CUDA fusions (clover-fusion.cu) checked on a machine without a GPU: each kernel's own
+# source, cut out of the patched tree, runs on host threads (cuda_on_host.h) against ggml's CPU backend (the venv's llama_cpp
 # libraries, the patched tree's headers), on the graphs of test-backend-ops' cases for them (kernels-test-cases.patch);
 # the matchers, cut out the same way, must find each construction there.
 #   coreset: coreset_on_cpu.cpp, the block expert coreset on MOE_CORESET graphs (outputs bit for bit);
 #   conv:    preview_conv_on_cpu.cpp, the GDN conv with its right taps on PREVIEW_CONV graphs (NMSE below 1e-12);
-#   real:    real_graph.cpp / .py, both on the tiny preset's real preview and fused pass, recorded node by node by the
-#            venv's CPU engine, with the inputs and outputs where its allocator put them (REAL_LIB: another CPU
+#   softmax: block_softmax_on_cpu.cpp, patch 0116's GDN block softmax with its history slot on BLOCK_SOFTMAX_HISTORY
+#            graphs (NMSE below 1e-10);
+#   real:    real_graph.cpp / .py, all three on the tiny preset's real preview and fused pass, recorded node by node by
+#            the venv's CPU engine, with the inputs and outputs where its allocator put them (REAL_LIB: another CPU
 #            build's library folder, default the venv's).
 # TREE=<a patched llama.cpp tree>: cut the kernels from it instead of the series' (e.g. build/llama-dev/src/vendor/llama.cpp
 # while editing clover-fusion.cu there).
 #
-#   bash bench/device/fusion_on_cpu/check.sh [coreset|conv|real|all]  (default all: about 4 min on 2 cores; exit 1: a case failed)
+#   bash bench/device/fusion_on_cpu/check.sh [coreset|conv|softmax|real|all]  (default all: about 4 min on 2 cores; exit 1: a case failed)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$ROOT"
@@ -60,12 +62,20 @@ sed -n "/^struct preview_conv_args {/,/^void ggml_cuda_op_preview_conv(/{/^void 
     "$C/clover-fusion.cu" > "$T/preview_conv.inc"
 grep -q ggml_cuda_preview_conv_match "$T/preview_conv-struct.inc" && grep -q preview_conv "$T/preview_conv.inc" ||
     cut_failed "the conv's matcher or kernel"
+{ sed -n "/^struct ggml_cuda_block_softmax_match {/,/^};/p" "$C/clover-fusion.cuh"
+  sed -n "/^\/\/ ---- a GDN layer's block softmax/,/^void ggml_cuda_op_block_softmax(/{/^void ggml_cuda_op_block_softmax(/!p}" \
+      "$C/clover-fusion.cu"; } > "$T/block_softmax.inc"
+grep -q ggml_cuda_match_block_softmax "$T/block_softmax.inc" && grep -q block_softmax_history_f32 "$T/block_softmax.inc" ||
+    cut_failed "the block softmax's matcher or kernel"
 rc=0
 if [ "$WHICH" = all ] || [ "$WHICH" = coreset ]; then
   compile_and_run "$E/coreset_on_cpu.cpp" || rc=1
 fi
 if [ "$WHICH" = all ] || [ "$WHICH" = conv ]; then
   compile_and_run "$E/preview_conv_on_cpu.cpp" || rc=1
+fi
+if [ "$WHICH" = all ] || [ "$WHICH" = softmax ]; then
+  compile_and_run "$E/block_softmax_on_cpu.cpp" || rc=1
 fi
 if [ "$WHICH" = all ] || [ "$WHICH" = real ]; then
   # the matchers and kernels on the tiny preset's real passes, in a CPU engine whose ggml the check shares

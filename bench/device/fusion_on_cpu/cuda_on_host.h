@@ -112,6 +112,8 @@ template <int width = 32> static float warp_reduce_max(float x) {
     return x;
 }
 
+using dim3 = host_dim3;
+static float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 static int min(int a, int b) { return a < b ? a : b; }
 static int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
 

@@ -1,4 +1,4 @@
-// Patch 0114's matchers and kernels on a real pass's graph, without a GPU: a shared library that check.sh's `real`
+// Patches 0114's and 0116's matchers and kernels on a real pass's graph, without a GPU: a shared library that check.sh's `real`
 // check loads into a CPU engine (real_graph.py) as llama's eval callback. The callback keeps every node of the pass in
 // order with a copy of its data as computed; afterwards rg_check builds the graph's node list and use counts, asks each
 // matcher at every node, and runs each matched construction's kernel on host threads (cuda_on_host.h) over the copies
@@ -18,6 +18,7 @@ static std::vector<float> g_smem; // the coreset kernel's dynamic shared memory
 #include "coreset-kernel.inc"
 #include "preview_conv-struct.inc"
 #include "preview_conv.inc"
+#include "block_softmax.inc"
 
 static std::vector<ggml_tensor *>                              g_nodes;
 static std::unordered_map<const ggml_tensor *, std::vector<char>> g_data; // a node's bytes just after it was computed
@@ -74,9 +75,71 @@ extern "C" bool rg_eval(ggml_tensor * t, bool ask) {
     return true;
 }
 
-// each matcher at every node of the recorded pass; prints each construction found and how its kernel's output
-// compares. Returns the number of failures, or -1 when a matcher found nothing (n_conv, n_coreset: at least as many
-// constructions as expected)
+// patch 0114's conv at node i: whether its kernel's output matches the CPU's SILU
+static bool check_conv(int i, const ggml_cuda_preview_conv_match & conv) {
+    placed_memory      mem(conv.dst, { conv.qkv, conv.conv_state });
+    preview_conv_args  a = preview_conv_make_args(conv);
+    std::vector<float> staged(ggml_nelements(conv.dst));
+    const bool         stage = preview_conv_staged(conv);
+    a.qkv        = mem.input(conv.qkv);
+    a.conv_state = mem.input(conv.conv_state);
+    a.dst        = stage ? staged.data() : mem.output();
+    cuda_on_host::launch({ (unsigned) ((a.channels + 255) / 256), (unsigned) a.n, 1 }, { 256, 1, 1 },
+                         [&] { preview_conv_silu_f32(a); });
+    const std::vector<float> out(a.dst, a.dst + staged.size());
+    const double bad = mismatch(out.data(), (const float *) data_of(conv.dst), (int64_t) out.size(), 1e-5);
+    printf("conv: %s, %d nodes from node %d (%d channels, %d rows%s): %.3g of the elements differ%s\n",
+           conv.dst->name, conv.node_count, i, a.channels, a.n, stage ? ", output staged" : "", bad,
+           bad > 0 ? "  FAIL" : "");
+    return bad == 0;
+}
+
+// patch 0114's coreset at node i: whether its kernel's output is the CPU's, bit for bit
+static bool check_coreset(int i, const ggml_cuda_moe_coreset_match & cs) {
+    const int n_expert = (int) cs.logits->ne[0], n_rows = (int) cs.logits->ne[1];
+    g_smem.assign(moe_coreset_smem(n_expert) / sizeof(float) + 1, 0.0f);
+    placed_memory mem(cs.dst, { cs.logits });
+    float *       out = mem.output();
+    cuda_on_host::launch({ 1, 1, 1 }, { MOE_CORESET_WARPS * 32, 1, 1 }, [&] {
+        moe_coreset_f32((const float *) mem.input(cs.logits), cs.logits->nb[1] / sizeof(float), out, n_expert,
+                        n_rows, cs.k, cs.top_p, cs.size, moe_coreset_chunk(n_expert));
+    });
+    const double bad = mismatch(out, (const float *) data_of(cs.dst), ggml_nelements(cs.dst), 0.0);
+    printf("coreset: %s, %d nodes from node %d (%d experts, %d rows, k %d, top_p %.2f, size %d%s): %.3g of the "
+           "elements differ%s\n",
+           cs.dst->name, cs.node_count, i, n_expert, n_rows, cs.k, cs.top_p, cs.size,
+           cs.dst->data == cs.logits->data ? ", in place" : "", bad, bad > 0 ? "  FAIL" : "");
+    return bad == 0;
+}
+
+// patch 0116's block softmax at node i, when its matcher finds it there: whether its kernel's output matches the CPU's
+// ADD (relative to its largest magnitude; the sums run in another order)
+static bool check_block_softmax(int i, const ggml_cuda_block_softmax_match & m) {
+    auto base = [](const ggml_tensor * t) { return t->view_src != nullptr ? t->view_src : t; };
+    placed_memory      mem(m.dst, { base(m.q), base(m.k), base(m.v), m.state });
+    block_softmax_args a = block_softmax_make_args(m);
+    const bool         stage = block_softmax_staged(m);
+    std::vector<float> staged(ggml_nelements(m.dst));
+    a.q         = mem.input(m.q);
+    a.k         = mem.input(m.k);
+    a.v         = mem.input(m.v);
+    a.state     = mem.input(m.state);
+    a.state_ids = m.state_ids != nullptr ? (const int32_t *) data_of(m.state_ids) : nullptr;
+    a.dst       = stage ? staged.data() : mem.output();
+    const dim3 grid = block_softmax_grid(m);
+    cuda_on_host::launch({ grid.x, grid.y, 1 }, { BLOCK_SOFTMAX_WARPS * 32, 1, 1 }, [&] { block_softmax_history_f32(a); });
+    const std::vector<float> out(a.dst, a.dst + staged.size());
+    const double bad = mismatch(out.data(), (const float *) data_of(m.dst), (int64_t) out.size(), 1e-5);
+    printf("block softmax: %s, %d nodes from node %d (d_k %d, %d rows, %d key / %d value heads, d_v %d%s%s): %.3g of the "
+           "elements differ%s\n",
+           m.dst->name, m.node_count, i, a.d_k, a.n, a.h_k, (int) m.dst->ne[2], a.d_v,
+           m.state_ids != nullptr ? ", state gathered" : "", stage ? ", output staged" : "", bad, bad > 0 ? "  FAIL" : "");
+    return bad == 0;
+}
+
+// the matchers over the recorded pass as ggml_cuda_try_fuse asks them; prints each construction found and how its
+// kernel's output compares. Returns the number of failures, or -1 when the matchers did not find as many constructions
+// as expected (n_conv: convs and block softmaxes, one of each a GDN layer; n_coreset: coresets)
 extern "C" int rg_check(int n_conv, int n_coreset) {
     const int      n      = (int) g_nodes.size();
     ggml_init_params params = { ggml_graph_overhead_custom(2 * n + 16, false), nullptr, true };
@@ -94,48 +157,29 @@ extern "C" int rg_check(int n_conv, int n_coreset) {
             }
         }
     }
-    int failed = 0, found_conv = 0, found_coreset = 0;
+    // at each node the matchers in ggml_cuda_try_fuse's order; the first construction found stands for its nodes
+    int failed = 0, found_conv = 0, found_coreset = 0, found_block_softmax = 0;
     for (int i = 0; i < n; i++) {
-        ggml_cuda_preview_conv_match conv;
+        ggml_cuda_preview_conv_match  conv;
+        ggml_cuda_moe_coreset_match   cs;
+        ggml_cuda_block_softmax_match bs;
         if (ggml_cuda_match_preview_conv(gf, i, conv)) {
             found_conv++;
-            placed_memory      mem(conv.dst, { conv.qkv, conv.conv_state });
-            preview_conv_args  a = preview_conv_make_args(conv);
-            std::vector<float> staged(ggml_nelements(conv.dst));
-            const bool         stage = preview_conv_staged(conv);
-            a.qkv        = mem.input(conv.qkv);
-            a.conv_state = mem.input(conv.conv_state);
-            a.dst        = stage ? staged.data() : mem.output();
-            cuda_on_host::launch({ (unsigned) ((a.channels + 255) / 256), (unsigned) a.n, 1 }, { 256, 1, 1 },
-                                 [&] { preview_conv_silu_f32(a); });
-            const std::vector<float> out(a.dst, a.dst + staged.size());
-            const double bad = mismatch(out.data(), (const float *) data_of(conv.dst), (int64_t) out.size(), 1e-5);
-            failed += bad > 0;
-            printf("conv: %s, %d nodes from node %d (%d channels, %d rows%s): %.3g of the elements differ%s\n",
-                   conv.dst->name, conv.node_count, i, a.channels, a.n, stage ? ", output staged" : "", bad,
-                   bad > 0 ? "  FAIL" : "");
-        }
-        ggml_cuda_moe_coreset_match cs;
-        if (ggml_cuda_match_moe_coreset(gf, i, cs)) {
+            failed += !check_conv(i, conv);
+            i += conv.node_count - 1;
+        } else if (ggml_cuda_match_moe_coreset(gf, i, cs)) {
             found_coreset++;
-            const int n_expert = (int) cs.logits->ne[0], n_rows = (int) cs.logits->ne[1];
-            g_smem.assign(moe_coreset_smem(n_expert) / sizeof(float) + 1, 0.0f);
-            placed_memory mem(cs.dst, { cs.logits });
-            float *       out = mem.output();
-            cuda_on_host::launch({ 1, 1, 1 }, { MOE_CORESET_WARPS * 32, 1, 1 }, [&] {
-                moe_coreset_f32((const float *) mem.input(cs.logits), cs.logits->nb[1] / sizeof(float), out, n_expert,
-                                n_rows, cs.k, cs.top_p, cs.size, moe_coreset_chunk(n_expert));
-            });
-            const double bad = mismatch(out, (const float *) data_of(cs.dst), ggml_nelements(cs.dst), 0.0);
-            failed += bad > 0;
-            printf("coreset: %s, %d nodes from node %d (%d experts, %d rows, k %d, top_p %.2f, size %d%s): %.3g of the "
-                   "elements differ%s\n",
-                   cs.dst->name, cs.node_count, i, n_expert, n_rows, cs.k, cs.top_p, cs.size,
-                   cs.dst->data == cs.logits->data ? ", in place" : "", bad, bad > 0 ? "  FAIL" : "");
+            failed += !check_coreset(i, cs);
+            i += cs.node_count - 1;
+        } else if (ggml_cuda_match_block_softmax(gf, i, bs)) {
+            found_block_softmax++;
+            failed += !check_block_softmax(i, bs);
+            i += bs.node_count - 1;
         }
     }
     ggml_free(ctx);
-    printf("%d nodes: %d conv constructions (%d expected), %d coresets (%d expected), %d failed\n", n, found_conv, n_conv,
-           found_coreset, n_coreset, failed);
-    return found_conv < n_conv || found_coreset < n_coreset ? -1 : failed;
+    printf("%d nodes: %d conv constructions and %d block softmaxes (%d expected of each), %d coresets (%d expected), %d "
+           "failed\n",
+           n, found_conv, found_block_softmax, n_conv, found_coreset, n_coreset, failed);
+    return found_conv != n_conv || found_block_softmax != n_conv || found_coreset != n_coreset ? -1 : failed;
 }

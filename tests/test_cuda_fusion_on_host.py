@@ -1,7 +1,7 @@
-"""Patches 0114's and 0116's CUDA fusions without a GPU: `bench/device/fusion_on_cpu/check.sh` cuts each kernel and
-matcher out of the patched clover-fusion.cu and runs them on host threads against ggml's CPU backend,
-on test-backend-ops' graphs and on the tiny preset's real preview and fused pass with every tensor where
-the allocator put it. CI has no GPU, so this is the only place CI runs that code."""
+"""Patches 0114's and 0116's CUDA fusions without a GPU: `bench/device/fusion_on_cpu/check.sh` cuts
+each kernel and matcher out of the patched clover-fusion.cu and runs them on host threads against ggml's
+CPU backend, on test-backend-ops' graphs and on the tiny preset's real preview and fused pass with every
+tensor where the allocator put it. CI has no GPU, so this is the only place CI runs that code."""
 
 from __future__ import annotations
 
@@ -46,8 +46,12 @@ def test_kernels_match_the_cpu_on_a_real_preview_with_its_allocation(check_outpu
     # the tiny preset's 3 GDN and 4 MoE layers in both passes; in the preview the allocator gives the conv's
     # output memory of its inputs, which the kernel must not write over (the first version of 0114 did)
     # (the matchers asked as ggml_cuda_try_fuse asks them: the first construction found stands for its nodes)
-    found = "3 conv constructions and 3 block softmaxes (3 expected of each), 4 coresets (4 expected), 0 failed"
+    found = (
+        "3 conv constructions and 3 block softmaxes (3 expected of each), 4 coresets (4 expected), 0 failed"
+    )
     assert check_output.count(found) == 2, check_output
-    assert "conv: conv_output_silu-0, 8 nodes from node 10 (128 channels, 32 rows, output staged)" in check_output
+    conv = "conv: conv_output_silu-0, 8 nodes from node 10 (128 channels, 32 rows, output staged)"
+    assert conv in check_output, check_output
     # the block softmax's output gets the conv output's memory too; in the preview its state is gathered
-    assert re.search(r"block softmax: .*, 35 nodes from node 18 \(.*state gathered, output staged\)", check_output)
+    block_softmax = r"block softmax: .*, 35 nodes from node 18 \(.*state gathered, output staged\)"
+    assert re.search(block_softmax, check_output), check_output

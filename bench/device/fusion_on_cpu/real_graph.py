@@ -1,12 +1,13 @@
-"""Patch 0114's matchers and kernels on the tiny preset's real passes, without a GPU (check.sh `real`).
+"""Patches 0114's and 0116's matchers and kernels on the tiny preset's real passes, without a GPU
+(check.sh `real`).
 
     [LLAMA_CPP_LIB_PATH=<a CPU build of the series>] python real_graph.py LIBRARY
 
 LIBRARY is real_graph.cpp built by check.sh. A CPU engine on the tiny checkpoint's F32 GGUF records a
 preview (coreset on) and a fused pass node by node through llama's eval callback; the library then asks
-each matcher at every node and runs what it matched on host threads against the CPU's nodes. The CUDA
-backend sees the same node list (a fully offloaded model's graph is one split). Exit 1: a kernel
-differs, or a matcher found fewer constructions than the tiny preset has.
+the matchers at each node as ggml-cuda does and runs what they matched on host threads against the
+CPU's nodes. The CUDA backend sees the same node list (a fully offloaded model's graph is one split).
+Exit 1: a kernel differs, or the matchers did not find as many constructions as the tiny preset has.
 """
 
 from __future__ import annotations

@@ -157,9 +157,13 @@ extern "C" int rg_check(int n_conv, int n_coreset) {
             }
         }
     }
-    // at each node the matchers in ggml_cuda_try_fuse's order; the first construction found stands for its nodes
+    // at each node the evaluation computes (it skips views) the matchers in ggml_cuda_try_fuse's order; the first
+    // construction found stands for its nodes
     int failed = 0, found_conv = 0, found_coreset = 0, found_block_softmax = 0;
     for (int i = 0; i < n; i++) {
+        if (clover_fusion_is_view(gf->nodes[i])) {
+            continue;
+        }
         ggml_cuda_preview_conv_match  conv;
         ggml_cuda_moe_coreset_match   cs;
         ggml_cuda_block_softmax_match bs;

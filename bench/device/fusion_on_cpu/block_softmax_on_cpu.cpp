@@ -39,8 +39,11 @@ int main() {
         });
         ggml_cuda_block_softmax_match match;
         int found = find_construction(gf, ggml_cuda_match_block_softmax, match);
+        for (int i = 0; found >= 0 && i < found; i++) { // only views before it: the whole graph
+            found = ggml_op_is_empty(ggml_graph_node(gf, i)->op) ? found : -1;
+        }
         if (found >= 0 && (match.dst != out || found + match.node_count != ggml_graph_n_nodes(gf))) {
-            found = -1; // not the whole graph
+            found = -1;
         }
         double nmse = 0.0;
         if (found >= 0) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Patches 0114's and 0116's CUDA fusions (clover-fusion.cu) checked on a machine without a GPU: each kernel's own
-# source, cut out of the patched tree, runs on host threads (cuda_on_host.h) against ggml's CPU backend (the venv's llama_cpp
-# libraries, the patched tree's headers), on the graphs of test-backend-ops' cases for them (kernels-test-cases.patch);
-# the matchers, cut out the same way, must find each construction there.
+# source, cut out of the patched tree, runs on host threads (cuda_on_host.h) against ggml's CPU backend (the venv's
+# llama_cpp libraries, the patched tree's headers), on the graphs of test-backend-ops' cases for them
+# (kernels-test-cases.patch); the matchers, cut out the same way, must find each construction there, asked only at
+# nodes that compute, as ggml-cuda's evaluation asks.
 #   coreset: coreset_on_cpu.cpp, the block expert coreset on MOE_CORESET graphs (outputs bit for bit);
 #   conv:    preview_conv_on_cpu.cpp, the GDN conv with its right taps on PREVIEW_CONV graphs (NMSE below 1e-12);
 #   softmax: block_softmax_on_cpu.cpp, patch 0116's GDN block softmax with its history slot on BLOCK_SOFTMAX_HISTORY

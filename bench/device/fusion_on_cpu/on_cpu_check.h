@@ -4,6 +4,7 @@
 #pragma once
 
 #include "ggml-cpu.h"
+#include "ggml-impl.h"
 #include "ggml.h"
 
 #include <algorithm>
@@ -33,11 +34,12 @@ static ggml_cgraph * compute_on_cpu(ggml_context * ctx, ggml_tensor * out, int32
     return gf;
 }
 
-// the first node where matcher(gf, i, match) finds the construction, or -1
+// the first node where matcher(gf, i, match) finds the construction, or -1; asked, as ggml-cuda's evaluation asks,
+// only at nodes that compute (views are skipped)
 template <typename Match>
 static int find_construction(ggml_cgraph * gf, bool (*matcher)(const ggml_cgraph *, int, Match &), Match & match) {
     for (int i = 0; i < ggml_graph_n_nodes(gf); i++) {
-        if (matcher(gf, i, match)) {
+        if (!ggml_op_is_empty(ggml_graph_node(gf, i)->op) && matcher(gf, i, match)) {
             return i;
         }
     }

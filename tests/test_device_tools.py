@@ -109,6 +109,8 @@ def test_trace_summary_counts_an_early_launched_kernel_from_the_end_of_the_one_i
     assert list(top) == ["A", "mul_mat_q<14>", "B"]  # by exclusive time
     assert sum(v["exclusive_us"] for v in top.values()) == 17.0  # the busy time: the span less its gap
     assert res["by_kind_us"]["matmul: mmq"] == {"n": 1, "us": 5.0}
+    last = [["A", 0.0, 10.0, 10.0], ["B", 5.0, 7.0, 2.0], ["mul_mat_q<14>", 15.0, 5.0, 5.0]]
+    assert res["last_pass"] == last  # the second pass kernel by kernel, from its first kernel's start
 
 
 def test_stalls_table_reads_a_case_without_kernels_as_empty(tmp_path: Path) -> None:

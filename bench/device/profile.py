@@ -143,7 +143,9 @@ def trace_summary(kind: str, reps: int, kernels: list[tuple[str, float, float]])
     """`reps` passes' kernels as (name, start, end) in us, in order of start: per pass, kernel time
     (durations added), GPU span, by kind; the largest kernels by name with their exclusive time too,
     what each adds to the GPU's busy time: a kernel launched early (programmatic dependent launch)
-    and waiting for the one before it counts from that one's end."""
+    and waiting for the one before it counts from that one's end; and the last pass kernel by kernel
+    in order of start (name, start from the pass's first kernel, duration, exclusive time; us), which
+    lines a 32-row pass up against the 1-row step node by node."""
     spans, sums = [], []
     by: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
@@ -154,14 +156,18 @@ def trace_summary(kind: str, reps: int, kernels: list[tuple[str, float, float]])
     # gaps between kernels went wrong on 2026-12-04: a gap inside a pass outgrew one between passes)
     n = len(kernels) // reps
     cuts = [i * n for i in range(1, reps)]
+    sequence: list[list] = []
     for lo, hi in zip([0, *cuts], [*cuts, len(kernels)], strict=True):
         ks = kernels[lo:hi]
         spans.append(max(end for _, _, end in ks) - ks[0][1])
         sums.append(sum(end - start for _, start, end in ks))
         busy_until = ks[0][1]
+        sequence = []
         for name, start, end in ks:
             short, label = name[:100], kind_of(name)
-            excl_by_name[short] += max(0.0, end - max(start, busy_until)) / reps
+            excl = max(0.0, end - max(start, busy_until))
+            sequence.append([name[:80], round(start - ks[0][1], 1), round(end - start, 1), round(excl, 1)])
+            excl_by_name[short] += excl / reps
             busy_until = max(busy_until, end)
             by[label] += (end - start) / reps
             counts[label] += 1
@@ -184,6 +190,7 @@ def trace_summary(kind: str, reps: int, kernels: list[tuple[str, float, float]])
             }
             for k in sorted(by_name, key=lambda k: -excl_by_name[k])[:TOP_KERNELS]
         },
+        "last_pass": sequence,
     }
 
 

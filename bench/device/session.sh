@@ -20,9 +20,9 @@
 #   bash bench/device/session.sh 1   # the series (carry: prepare.py --prebuilt build/cuda-local) at 40 layers:
 #                                    # upstream's step and prompt processing, the passes, the loop simulations;
 #                                    # then `clover verify` on the GPU (tiny preset, F32, Q8_0, Q4_K_M)
-#   bash bench/device/session.sh 2   # patch 0114's kernels (the preview conv, the second coreset kernel: 1024 threads,
-#                                    # rows in registers, ranks by counting) against the CPU, MOE_CORESET and
-#                                    # PREVIEW_CONV, then `clover verify` (tiny); its 07:50 run is why 0114 holds them
+#   bash bench/device/session.sh 2   # the fusions' kernels (0114's preview conv, 0117's coreset kernels) against the
+#                                    # CPU, MOE_CORESET and PREVIEW_CONV, then `clover verify` (tiny); its 07:50 run
+#                                    # checked 0114's second coreset kernel, which 0117 has since replaced
 #   bash bench/device/session.sh 3   # 8 layers: CUPTI traces of the preview (coreset off and forced to 8), the fused
 #                                    # pass, a commit and the plain 1-row step (raw-ar: what each kind of kernel
 #                                    # costs a 32-row pass against the step it is measured by)

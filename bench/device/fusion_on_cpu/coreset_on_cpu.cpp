@@ -1,8 +1,8 @@
-// Patch 0114's block expert coreset (one CUDA kernel) checked without a GPU. The kernel's source, cut out
-// of the patched clover-fusion.cu by check.sh, runs on host threads (cuda_on_host.h), on the graph of test-backend-ops'
-// MOE_CORESET case (kernels-test-cases.patch: the construction as clover-moe builds it), computed by ggml's CPU
-// backend; the matcher, cut out the same way, must find the construction in that graph. Every element of the
-// kernel's output must equal the graph's logits + log(keep).
+// The block expert coreset (patch 0114's matcher, 0117's two kernels) checked without a GPU. The kernels' source, cut
+// out of the patched clover-fusion.cu by check.sh, runs on host threads (cuda_on_host.h, coreset_on_host.h), on the
+// graph of test-backend-ops' MOE_CORESET case (kernels-test-cases.patch: the construction as clover-moe builds it),
+// computed by ggml's CPU backend; the matcher, cut out the same way, must find the construction in that graph. Every
+// element of the kernels' output must equal the graph's logits + log(keep).
 #define main test_backend_ops_main
 #include "test-backend-ops.cpp"
 #undef main
@@ -17,9 +17,8 @@
 #include "cuda_on_host.h"
 #include "on_cpu_check.h"
 
-static std::vector<float> g_smem; // the kernel's dynamic shared memory
-
 #include "coreset-kernel.inc"
+#include "coreset_on_host.h"
 
 // ---- the cases ------------------------------------------------------------------------------------------------------
 int main() {
@@ -56,12 +55,9 @@ int main() {
                 continue;
             }
 
-            g_smem.assign(moe_coreset_smem((int) c.n_expert) / sizeof(float) + 1, 0.0f);
             std::vector<float> dst(ggml_nelements(add));
-            cuda_on_host::launch({ 1, 1, 1 }, { MOE_CORESET_WARPS * 32, 1, 1 }, [&] {
-                moe_coreset_f32((const float *) logits->data, logits->nb[1] / sizeof(float), dst.data(), (int) c.n_expert,
-                                (int) c.n_rows, match.k, match.top_p, match.size, moe_coreset_chunk((int) c.n_expert));
-            });
+            moe_coreset_on_host((const float *) logits->data, logits->nb[1] / sizeof(float), dst.data(), (int) c.n_expert,
+                                (int) c.n_rows, match.k, match.top_p, match.size);
             const int differ = (int) std::lround(
                 mismatch(dst.data(), (const float *) add->data, (int64_t) dst.size(), 0.0) * (double) dst.size());
             int kept = 0;

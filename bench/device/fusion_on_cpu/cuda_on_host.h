@@ -7,6 +7,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -18,6 +19,10 @@ struct host_dim3 {
 
 struct uint3 {
     unsigned x, y, z;
+};
+
+struct float4 {
+    float x, y, z, w;
 };
 
 namespace cuda_on_host {
@@ -78,6 +83,7 @@ inline void launch(host_dim3 grid, host_dim3 block, const std::function<void()> 
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 #define __syncthreads() cuda_on_host::block_barrier->arrive_and_wait()
 #define __syncwarp()    cuda_on_host::warp_barriers[cuda_on_host::linear_thread / 32]->arrive_and_wait()
 #define ggml_cuda_pdl_sync()
@@ -97,6 +103,30 @@ static float __shfl_sync(unsigned, float v, int src_lane) {
 static float __shfl_up_sync(unsigned, float v, int offset) {
     const int lane = cuda_on_host::linear_thread % 32;
     return cuda_on_host::exchange(cuda_on_host::exchange_f, v, lane >= offset ? lane - offset : lane);
+}
+
+// Ampere's redux.sync: every lane gets the reduction over the warp's 32 values
+template <typename F> static unsigned warp_redux(unsigned v, F f) {
+    const int warp = cuda_on_host::linear_thread / 32;
+    cuda_on_host::exchange_i[cuda_on_host::linear_thread] = (int) v;
+    cuda_on_host::warp_barriers[warp]->arrive_and_wait();
+    unsigned r = (unsigned) cuda_on_host::exchange_i[warp * 32];
+    for (int l = 1; l < 32; l++) {
+        r = f(r, (unsigned) cuda_on_host::exchange_i[warp * 32 + l]);
+    }
+    cuda_on_host::warp_barriers[warp]->arrive_and_wait();
+    return r;
+}
+static unsigned __reduce_max_sync(unsigned, unsigned v) {
+    return warp_redux(v, [](unsigned a, unsigned b) { return a > b ? a : b; });
+}
+static unsigned __reduce_min_sync(unsigned, unsigned v) {
+    return warp_redux(v, [](unsigned a, unsigned b) { return a < b ? a : b; });
+}
+static unsigned __float_as_uint(float x) {
+    unsigned u;
+    std::memcpy(&u, &x, sizeof(u));
+    return u;
 }
 
 template <int width = 32> static float warp_reduce_sum(float x) {

@@ -13,9 +13,8 @@
 #include "cuda_on_host.h"
 #include "on_cpu_check.h"
 
-static std::vector<float> g_smem; // the coreset kernel's dynamic shared memory
-
 #include "coreset-kernel.inc"
+#include "coreset_on_host.h"
 #include "preview_conv-struct.inc"
 #include "preview_conv.inc"
 #include "block_softmax.inc"
@@ -94,16 +93,13 @@ static bool check_conv(int i, const ggml_cuda_preview_conv_match & conv) {
     return bad == 0;
 }
 
-// patch 0114's coreset at node i: whether its kernel's output is the CPU's, bit for bit
+// the coreset at node i (0114's matcher, 0117's kernels): whether its output is the CPU's, bit for bit
 static bool check_coreset(int i, const ggml_cuda_moe_coreset_match & cs) {
     const int n_expert = (int) cs.logits->ne[0], n_rows = (int) cs.logits->ne[1];
-    g_smem.assign(moe_coreset_smem(n_expert) / sizeof(float) + 1, 0.0f);
     placed_memory mem(cs.dst, { cs.logits });
     float *       out = mem.output();
-    cuda_on_host::launch({ 1, 1, 1 }, { MOE_CORESET_WARPS * 32, 1, 1 }, [&] {
-        moe_coreset_f32((const float *) mem.input(cs.logits), cs.logits->nb[1] / sizeof(float), out, n_expert,
-                        n_rows, cs.k, cs.top_p, cs.size, moe_coreset_chunk(n_expert));
-    });
+    moe_coreset_on_host((const float *) mem.input(cs.logits), cs.logits->nb[1] / sizeof(float), out, n_expert, n_rows, cs.k,
+                        cs.top_p, cs.size);
     const double bad = mismatch(out, (const float *) data_of(cs.dst), ggml_nelements(cs.dst), 0.0);
     printf("coreset: %s, %d nodes from node %d (%d experts, %d rows, k %d, top_p %.2f, size %d%s): %.3g of the "
            "elements differ%s\n",

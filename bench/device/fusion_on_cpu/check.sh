@@ -17,24 +17,13 @@
 # while editing clover-fusion.cu there).
 #
 #   bash bench/device/fusion_on_cpu/check.sh [coreset|conv|softmax|real|all]  (default all: about 4 min on 2 cores; exit 1: a case failed)
-set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
-cd "$ROOT"
-PY=${PY:-.venv/bin/python}
+source "$(dirname "$0")/../series_tree.sh"
 WHICH=${1:-all}
 E=bench/device/fusion_on_cpu
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 if [ -n "${TREE:-}" ]; then # a patched tree being edited (its ggml/ and tests/, copied)
   V=$T/tree && mkdir -p "$V" && cp -r "$TREE/ggml" "$TREE/tests" "$V/"
 else
-  V=$("$PY" - "$T" <<'PYEOF'
-import sys
-from pathlib import Path
-from clover_patches import build
-print(build.prepare_tree(Path(sys.argv[1]) / "tree", build.series()) / build.VENDOR)
-PYEOF
-  )
+  V=$(series_tree)
 fi
 git -C "$V" apply "$ROOT/bench/device/kernels-test-cases.patch"
 C=$V/ggml/src/ggml-cuda

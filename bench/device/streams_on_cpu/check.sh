@@ -5,23 +5,12 @@
 # TREE=<a patched llama.cpp tree>: cut from it (default: the series, prepared in a scratch folder).
 #
 #   [SP_VERBOSE=1] bash bench/device/streams_on_cpu/check.sh   (every node of a region with its stream; exit 1: a check failed)
-set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
-cd "$ROOT"
-PY=${PY:-.venv/bin/python}
+source "$(dirname "$0")/../series_tree.sh"
 E=bench/device/streams_on_cpu
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 if [ -n "${TREE:-}" ]; then
   V=$TREE
 else
-  V=$("$PY" - "$T" <<'PYEOF'
-import sys
-from pathlib import Path
-from clover_patches import build
-print(build.prepare_tree(Path(sys.argv[1]) / "tree", build.series()) / build.VENDOR)
-PYEOF
-  )
+  V=$(series_tree)
 fi
 C=$V/ggml/src/ggml-cuda
 sed -n '/^struct ggml_cuda_concurrent_event {/,/^struct ggml_backend_cuda_context {/{/^struct ggml_backend_cuda_context {/!p}' \

@@ -34,7 +34,15 @@ print("\n".join(str(p) for p in patches))
 EOF
 )
 mapfile -t patches <<< "$applied"
+# configure again: ggml-cuda takes its sources by a glob, so a file an experiment adds (or --restore removes) is
+# built only after CMake has run; then no ggml_cuda_ symbol may be left undefined (a library that would not load)
+cmake "$BUILD" > /dev/null
 ninja -C "$BUILD" llama
+if nm -D --undefined-only "$BUILD/bin/libggml-cuda.so" | grep -q ' ggml_cuda_\| _Z[0-9]*ggml_cuda_'; then
+  echo "libggml-cuda.so leaves ggml_cuda_ symbols undefined:" >&2
+  nm -D --undefined-only "$BUILD/bin/libggml-cuda.so" | grep ' ggml_cuda_\| _Z[0-9]*ggml_cuda_' >&2
+  exit 1
+fi
 if [ ${#EXPS[@]} -eq 0 ]; then
   echo "build/llama-dev/src and $BUILD hold the series again"
 else

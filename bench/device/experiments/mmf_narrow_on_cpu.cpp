@@ -9,8 +9,6 @@
 #include <random>
 #include <vector>
 
-static float4 make_float4(float x, float y, float z, float w) { return { x, y, z, w }; }
-
 #include "mmf-narrow-kernel.inc"
 
 int main() {

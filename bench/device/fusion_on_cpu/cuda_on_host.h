@@ -25,6 +25,8 @@ struct float4 {
     float x, y, z, w;
 };
 
+static float4 make_float4(float x, float y, float z, float w) { return { x, y, z, w }; }
+
 namespace cuda_on_host {
 inline thread_local host_dim3 thread_idx;
 inline thread_local int       linear_thread;

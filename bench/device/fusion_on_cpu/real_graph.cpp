@@ -157,7 +157,7 @@ extern "C" int rg_check(int n_conv, int n_coreset) {
     // construction found stands for its nodes
     int failed = 0, found_conv = 0, found_coreset = 0, found_block_softmax = 0;
     for (int i = 0; i < n; i++) {
-        if (clover_fusion_is_view(gf->nodes[i])) {
+        if (ggml_op_is_empty(gf->nodes[i]->op)) {
             continue;
         }
         ggml_cuda_preview_conv_match  conv;

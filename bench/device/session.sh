@@ -35,13 +35,16 @@
 #                                    # b:CLOVER_SWEEP_REPEAT=2 xb:VAR=1,CLOVER_SWEEP_REPEAT=2" (b: the default in a
 #                                    # process of its own, the drift between processes; nothing reads that variable)
 #   bash bench/device/session.sh 7   # experiments 0118 (the router, F32 MUL_MAT of 17-64 columns, in one kernel;
-#                                    # GGML_CUDA_MMF_NARROW=0: cuBLAS) and 0119 (the coreset's keep kernel with one round
-#                                    # trip and a warp sort; GGML_CUDA_CLOVER_CORESET_KEEP=1: 0117's), written 2026-12-05
-#                                    # and not yet run on a GPU; carry from `prepare_experiment.sh
-#                                    # bench/device/experiments/0118-*.patch bench/device/experiments/0119-*.patch`:
-#                                    # the F32 MUL_MAT_SMALL and MOE_CORESET cases against the CPU, the router's cases
-#                                    # per op with and without 0118, `clover verify` on the GPU, then the 40-layer series
-#                                    # and a sweep with each switch and a B run (about 560 s)
+#                                    # GGML_CUDA_MMF_NARROW=0: cuBLAS), 0119 (the coreset's keep kernel with one round
+#                                    # trip and a warp sort; GGML_CUDA_CLOVER_CORESET_KEEP=1: 0117's) and 0120 (the head's
+#                                    # token and probability in two kernels; GGML_CUDA_CLOVER_HEAD=0: the ops), written
+#                                    # 2026-12-05 and not yet run on a GPU; carry from `prepare_experiment.sh
+#                                    # bench/device/experiments/011[89]-*.patch bench/device/experiments/0120-*.patch`:
+#                                    # the F32 MUL_MAT_SMALL, MOE_CORESET and CLOVER_HEAD cases against the CPU, the
+#                                    # router's and the head's cases per op with and without their experiment, the dense
+#                                    # projections merged and apart (MERGED), then `clover verify` on the GPU (about 420 s)
+#   bash bench/device/session.sh 8   # the same carry at 40 layers: the series' passes and a sweep with each of the three
+#                                    # switches and a B run (about 500 s)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -50,11 +53,14 @@
 # 2026-12-05 08:56-09:11 UTC ran call 5 with SWEEP w64 (dense int8 to 64 columns, slower) and call 4 on experiment
 # 0115 (lean MUL_MAT_ID units), then its 40-layer sweep, as commit 3a3a001 has them (docs/performance.md).
 set -u
-call=${1:?which call: 1-7}
+call=${1:?which call: 1-8}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
 ID_PERF='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),'
+# a GDN layer's projections (qkv 8192, z 4096 rows; merged 12288) and an attention layer's (q 8192, k and v 512;
+# merged 9216) at one and 32 columns: whether one matrix would cost less than its parts
+MERGED='type_a=(q4_K|q6_K),.*m=(12288|9216|8192|4096|512),n=(1|32),k=2048,'
 # the experts (MUL_MAT_ID_SMALL, _GLU) against the CPU in the modes $1, then their perf cases at 16-64
 # tokens (over 256 experts, coresets of 8 and 32) in the modes $2: PERF_S $3, BUDGET_S $4, PERF_FILTER
 # $5 (default ID_PERF)
@@ -86,16 +92,18 @@ case $call in
        PYTHONPATH="$W/site:$W/pure:$W/pylink:$PWD" python3 bench/device/same_logits.py "$W/clover-8-q4_k_m.gguf" "$SAME" \
          --rows 32,64 2>&1 | tail -3 | tee "$OUT/same_logits.txt"
      fi ;;
-  7) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=default EVAL_OPS=MUL_MAT_SMALL,MOE_CORESET \
-       EVAL_FILTER="type_a=f32|n_expert" PERF_OPS=MUL_MAT_SMALL PERF_FILTER="type_a=f32,.*m=256,n=(16|32|64),k=2048," \
-       MODES="default mfn0" MODE_mfn0=GGML_CUDA_MMF_NARROW=0 PERF_S=20 BUDGET_S=200 bash bench/device/run.sh > /dev/null 2>&1
+  7) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=default \
+       EVAL_OPS=MUL_MAT_SMALL,MOE_CORESET,CLOVER_HEAD EVAL_FILTER="type_a=f32|n_expert|n_vocab" \
+       PERF_OPS=MUL_MAT_SMALL,CLOVER_HEAD PERF_FILTER="type_a=f32,.*m=256,n=(16|32|64),k=2048,|n_vocab|$MERGED" \
+       MODES="default mfn0 head0" MODE_mfn0=GGML_CUDA_MMF_NARROW=0 MODE_head0=GGML_CUDA_CLOVER_HEAD=0 PERF_S=45 \
+       BUDGET_S=270 bash bench/device/run.sh > /dev/null 2>&1
      grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
      mkdir -p "$OUT/parity"; OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny PARITY_QUANTS=f32,q4_k_m BUDGET_S=110 \
        bash bench/device/run.sh > /dev/null 2>&1
-     grep -h "verify tiny" "$OUT/parity/run.log"
-     SWEEP="mfn0:GGML_CUDA_MMF_NARROW=0 keep1:GGML_CUDA_CLOVER_CORESET_KEEP=1 b:CLOVER_SWEEP_REPEAT=2" LAYERS=40 \
-       STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=390 bash bench/device/run.sh ;;
-  *) echo "call 1-7" >&2; exit 2 ;;
+     grep -h "verify tiny" "$OUT/parity/run.log" ;;
+  8) SWEEP="mfn0:GGML_CUDA_MMF_NARROW=0 keep1:GGML_CUDA_CLOVER_CORESET_KEEP=1 head0:GGML_CUDA_CLOVER_HEAD=0 b:CLOVER_SWEEP_REPEAT=2" \
+       LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
+  *) echo "call 1-8" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

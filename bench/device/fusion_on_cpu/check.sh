@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# Patches 0114's, 0116's and 0117's CUDA fusions (clover-fusion.cu) checked on a machine without a GPU: each kernel's own
-# source, cut out of the patched tree, runs on host threads (cuda_on_host.h) against ggml's CPU backend (the venv's
-# llama_cpp libraries, the patched tree's headers), on the graphs of test-backend-ops' cases for them
-# (kernels-test-cases.patch); the matchers, cut out the same way, must find each construction there, asked only at
-# nodes that compute, as ggml-cuda's evaluation asks.
+# Patches 0114's, 0116's and 0117's CUDA fusions (clover-fusion.cu), and experiment 0120's, checked on a machine
+# without a GPU: each kernel's own source, cut out of the patched tree, runs on host threads (cuda_on_host.h) against
+# ggml's CPU backend (the venv's llama_cpp libraries, the patched tree's headers), on the graphs of test-backend-ops'
+# cases for them (kernels-test-cases.patch); the matchers, cut out the same way, must find each construction there,
+# asked only at nodes that compute, as ggml-cuda's evaluation asks.
 #   coreset: coreset_on_cpu.cpp, the block expert coreset (0117's two kernels) on MOE_CORESET graphs (outputs bit for
 #            bit), compiled twice: the candidates picked with Ampere's warp reductions (the GPUs' path from sm_80) and
 #            with shuffles (before);
 #   conv:    preview_conv_on_cpu.cpp, the GDN conv with its right taps on PREVIEW_CONV graphs (NMSE below 1e-12);
 #   softmax: block_softmax_on_cpu.cpp, patch 0116's GDN block softmax with its history slot on BLOCK_SOFTMAX_HISTORY
 #            graphs (NMSE below 1e-10);
-#   real:    real_graph.cpp / .py, all three on the tiny preset's real preview and fused pass, recorded node by node by
-#            the venv's CPU engine, with the inputs and outputs where its allocator put them (REAL_LIB: another CPU
+#   head:    head_on_cpu.cpp, experiment 0120's head (each row's argmax token and its probability) on CLOVER_HEAD
+#            graphs (tokens equal, probabilities within 1e-5), where the tree has it (TREE=; `all` runs it there);
+#   real:    real_graph.cpp / .py, all of them on the tiny preset's real preview and fused pass, recorded node by node
+#            by the venv's CPU engine, with the inputs and outputs where its allocator put them (REAL_LIB: another CPU
 #            build's library folder, default the venv's).
 # TREE=<a patched llama.cpp tree>: cut the kernels from it instead of the series' (e.g. build/llama-dev/src/vendor/llama.cpp
 # while editing clover-fusion.cu there).
 #
-#   bash bench/device/fusion_on_cpu/check.sh [coreset|conv|softmax|real|all]  (default all: about 4 min on 2 cores; exit 1: a case failed)
+#   bash bench/device/fusion_on_cpu/check.sh [coreset|conv|softmax|head|real|all]  (default all: about 4 min on 2 cores; exit 1: a case failed)
 source "$(dirname "$0")/../series_tree.sh"
 WHICH=${1:-all}
 E=bench/device/fusion_on_cpu
@@ -61,6 +63,18 @@ grep -q ggml_cuda_preview_conv_match "$T/preview_conv-struct.inc" && grep -q pre
       "$C/clover-fusion.cu"; } > "$T/block_softmax.inc"
 grep -q ggml_cuda_match_block_softmax "$T/block_softmax.inc" && grep -q block_softmax_history_f32 "$T/block_softmax.inc" ||
     cut_failed "the block softmax's matcher or kernel"
+# experiment 0120's head (matcher and kernels), where the tree has it (TREE=, or the series once it lands)
+HEAD_FLAGS=()
+if grep -q '^bool ggml_cuda_match_clover_head(' "$C/clover-fusion.cu"; then
+  { sed -n "/^struct ggml_cuda_clover_head_match {/,/^};/p" "$C/clover-fusion.cuh"
+    sed -n "/^\/\/ ---- a pass's head/,/^void ggml_cuda_op_clover_head(/{/^void ggml_cuda_op_clover_head(/!p}" \
+        "$C/clover-fusion.cu"; } > "$T/head.inc"
+  grep -q ggml_cuda_match_clover_head "$T/head.inc" && grep -q clover_head_rows_f32 "$T/head.inc" ||
+      cut_failed "the head's matcher or kernels"
+  HEAD_FLAGS=(-DCLOVER_HEAD)
+elif [ "$WHICH" = head ]; then
+  echo "the tree has no head fusion (experiment 0120): give TREE= a tree with it" >&2; exit 2
+fi
 rc=0
 if [ "$WHICH" = all ] || [ "$WHICH" = coreset ]; then
   # Ampere's path (warp reductions) and the one before it (shuffles)
@@ -73,10 +87,13 @@ fi
 if [ "$WHICH" = all ] || [ "$WHICH" = softmax ]; then
   compile_and_run "$E/block_softmax_on_cpu.cpp" || rc=1
 fi
+if [ ${#HEAD_FLAGS[@]} -gt 0 ] && { [ "$WHICH" = all ] || [ "$WHICH" = head ]; }; then
+  compile_and_run "$E/head_on_cpu.cpp" || rc=1
+fi
 if [ "$WHICH" = all ] || [ "$WHICH" = real ]; then
   # the matchers and kernels on the tiny preset's real passes, in a CPU engine whose ggml the check shares
   REAL_LIB=${REAL_LIB:-$LIB}
-  g++ -std=c++20 -O1 -w -shared -fPIC -DMOE_CORESET_REDUX -I"$T" -I"$E" -I"$V/ggml/include" -I"$V/ggml/src" "$E/real_graph.cpp" \
+  g++ -std=c++20 -O1 -w -shared -fPIC -DMOE_CORESET_REDUX "${HEAD_FLAGS[@]}" -I"$T" -I"$E" -I"$V/ggml/include" -I"$V/ggml/src" "$E/real_graph.cpp" \
       -L"$REAL_LIB" -lggml-base -Wl,-rpath,"$REAL_LIB" -pthread -o "$T/real_graph.so"
   LLAMA_CPP_LIB_PATH=$REAL_LIB "$PY" "$E/real_graph.py" "$T/real_graph.so" || rc=1
 fi

@@ -83,6 +83,7 @@ inline void launch(host_dim3 grid, host_dim3 block, const std::function<void()> 
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __restrict__ __restrict
 #define __launch_bounds__(...)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))

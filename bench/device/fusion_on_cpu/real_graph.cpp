@@ -1,4 +1,5 @@
-// Patches 0114's and 0116's matchers and kernels on a real pass's graph, without a GPU: a shared library that
+// Patches 0114's, 0116's and 0117's matchers and kernels (and experiment 0120's, compiled with CLOVER_HEAD where the
+// tree has it) on a real pass's graph, without a GPU: a shared library that
 // check.sh's `real` check loads into a CPU engine (real_graph.py) as llama's eval callback. The callback keeps every
 // node of the pass in order with a copy of its data as computed; afterwards rg_check builds the graph's node list and
 // use counts, asks the matchers at each node as ggml_cuda_try_fuse does, and runs each matched construction's kernel on
@@ -18,6 +19,12 @@
 #include "preview_conv-struct.inc"
 #include "preview_conv.inc"
 #include "block_softmax.inc"
+#ifdef CLOVER_HEAD
+#include <climits>
+
+#include "head.inc"
+#include "head_on_host.h"
+#endif
 
 static std::vector<ggml_tensor *>                              g_nodes;
 static std::unordered_map<const ggml_tensor *, std::vector<char>> g_data; // a node's bytes just after it was computed
@@ -133,10 +140,29 @@ static bool check_block_softmax(int i, const ggml_cuda_block_softmax_match & m) 
     return bad == 0;
 }
 
+#ifdef CLOVER_HEAD
+// experiment 0120's head at node i: whether its kernels' tokens are the CPU's, and their probabilities within 1e-5
+static bool check_head(int i, const ggml_cuda_clover_head_match & m) {
+    const int            n_rows  = (int) ggml_nelements(m.prob);
+    const int64_t        n_vocab = ggml_nelements(m.logits) / n_rows;
+    std::vector<int32_t> tok(n_rows);
+    std::vector<float>   prob(n_rows);
+    clover_head_on_host((const float *) data_of(m.logits), n_vocab, n_rows, m.chunk, tok.data(), prob.data());
+    const head_compare c  = compare_head(tok.data(), prob.data(), (const int32_t *) data_of(m.tok),
+                                         (const float *) data_of(m.prob), n_rows);
+    const bool         ok = c.tokens_differ == 0 && c.prob_rel < 1e-5;
+    printf("head: %s, %d nodes from node %d (%lld tokens, %d rows, chunks of %d): %d tokens differ, probabilities within "
+           "%.2g%s\n",
+           m.prob->name, m.node_count, i, (long long) n_vocab, n_rows, m.chunk, c.tokens_differ, c.prob_rel, ok ? "" : "  FAIL");
+    return ok;
+}
+#endif
+
 // the matchers over the recorded pass as ggml_cuda_try_fuse asks them; prints each construction found and how its
 // kernel's output compares. Returns the number of failures, or -1 when the matchers did not find as many constructions
-// as expected (n_conv: convs and block softmaxes, one of each a GDN layer; n_coreset: coresets)
-extern "C" int rg_check(int n_conv, int n_coreset) {
+// as expected (n_conv: convs and block softmaxes, one of each a GDN layer; n_coreset: coresets; n_head: heads, where
+// the tree has experiment 0120's)
+extern "C" int rg_check(int n_conv, int n_coreset, int n_head) {
     const int      n      = (int) g_nodes.size();
     ggml_init_params params = { ggml_graph_overhead_custom(2 * n + 16, false), nullptr, true };
     ggml_context * ctx    = ggml_init(params);
@@ -155,7 +181,10 @@ extern "C" int rg_check(int n_conv, int n_coreset) {
     }
     // at each node the evaluation computes (it skips views) the matchers in ggml_cuda_try_fuse's order; the first
     // construction found stands for its nodes
-    int failed = 0, found_conv = 0, found_coreset = 0, found_block_softmax = 0;
+    int failed = 0, found_conv = 0, found_coreset = 0, found_block_softmax = 0, found_head = 0;
+#ifndef CLOVER_HEAD
+    n_head = 0;
+#endif
     for (int i = 0; i < n; i++) {
         if (ggml_op_is_empty(gf->nodes[i]->op)) {
             continue;
@@ -176,10 +205,22 @@ extern "C" int rg_check(int n_conv, int n_coreset) {
             failed += !check_block_softmax(i, bs);
             i += bs.node_count - 1;
         }
+#ifdef CLOVER_HEAD
+        ggml_cuda_clover_head_match hd;
+        if (ggml_cuda_match_clover_head(gf, i, hd)) {
+            found_head++;
+            failed += !check_head(i, hd);
+            i += hd.node_count - 1;
+        }
+#endif
     }
     ggml_free(ctx);
+    if (n_head > 0) {
+        printf("%d heads (%d expected)\n", found_head, n_head);
+    }
     printf("%d nodes: %d conv constructions and %d block softmaxes (%d expected of each), %d coresets (%d expected), %d "
            "failed\n",
            n, found_conv, found_block_softmax, n_conv, found_coreset, n_coreset, failed);
-    return found_conv != n_conv || found_block_softmax != n_conv || found_coreset != n_coreset ? -1 : failed;
+    return found_conv != n_conv || found_block_softmax != n_conv || found_coreset != n_coreset || found_head != n_head
+               ? -1 : failed;
 }

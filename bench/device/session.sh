@@ -45,6 +45,10 @@
 #                                    # projections merged and apart (MERGED), then `clover verify` on the GPU (about 420 s)
 #   bash bench/device/session.sh 8   # the same carry at 40 layers: the series' passes and a sweep with each of the three
 #                                    # switches and a B run (about 500 s)
+#   bash bench/device/session.sh 9   # the narrow kernel's knobs on the dense Q6_K projections at 32 columns (DENSE32),
+#                                    # per op: one CTA per SM (its activations staged once for two row blocks), K splits
+#                                    # of 2 and 8, int8 from 2048 rows (the output projection), MMQ (about 300 s; any
+#                                    # carry of the series)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -53,7 +57,7 @@
 # 2026-12-05 08:56-09:11 UTC ran call 5 with SWEEP w64 (dense int8 to 64 columns, slower) and call 4 on experiment
 # 0115 (lean MUL_MAT_ID units), then its 40-layer sweep, as commit 3a3a001 has them (docs/performance.md).
 set -u
-call=${1:?which call: 1-8}
+call=${1:?which call: 1-9}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -61,6 +65,8 @@ ID_PERF='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,
 # a GDN layer's projections (qkv 8192, z 4096 rows; merged 12288) and an attention layer's (q 8192, k and v 512;
 # merged 9216) at one and 32 columns: whether one matrix would cost less than its parts
 MERGED='type_a=(q4_K|q6_K),.*m=(12288|9216|8192|4096|512),n=(1|32),k=2048,'
+# the dense Q6_K projections at 32 columns (a GDN layer's qkv, z and output, the output head, merged shapes)
+DENSE32='type_a=q6_K,.*m=(248320|12288|9216|8192|4096|2048),n=32,k=(2048|4096),'
 # the experts (MUL_MAT_ID_SMALL, _GLU) against the CPU in the modes $1, then their perf cases at 16-64
 # tokens (over 256 experts, coresets of 8 and 32) in the modes $2: PERF_S $3, BUDGET_S $4, PERF_FILTER
 # $5 (default ID_PERF)
@@ -103,7 +109,12 @@ case $call in
      grep -h "verify tiny" "$OUT/parity/run.log" ;;
   8) SWEEP="mfn0:GGML_CUDA_MMF_NARROW=0 keep1:GGML_CUDA_CLOVER_CORESET_KEEP=1 head0:GGML_CUDA_CLOVER_HEAD=0 b:CLOVER_SWEEP_REPEAT=2" \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
-  *) echo "call 1-8" >&2; exit 2 ;;
+  9) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=perf PERF_OPS=MUL_MAT_SMALL PERF_FILTER="$DENSE32" \
+       MODES="default cta1 kw2 kw8 i8r2k nonarrow" MODE_cta1=GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1 \
+       MODE_kw2=GGML_CUDA_MMQ_NARROW_KW=2 MODE_kw8=GGML_CUDA_MMQ_NARROW_KW=8 \
+       MODE_i8r2k=GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=2048 MODE_nonarrow=GGML_CUDA_MMQ_NARROW=0 PERF_S=40 \
+       BUDGET_S=330 bash bench/device/run.sh ;;
+  *) echo "call 1-9" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -49,6 +49,10 @@
 #                                    # per op: one CTA per SM (its activations staged once for two row blocks), K splits
 #                                    # of 2 and 8, int8 from 2048 rows (the output projection), MMQ (about 300 s; any
 #                                    # carry of the series)
+#   bash bench/device/session.sh 10  # Nsight Compute (stalls.sh, with each kernel's source page) of a GDN layer's block
+#                                    # softmax at the model's size, the z and qkv projections at 32 columns (z also with one
+#                                    # CTA per SM) and, with 0120's carry, the head's chunks kernel: where their time goes
+#                                    # (about 300 s)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -57,7 +61,7 @@
 # 2026-12-05 08:56-09:11 UTC ran call 5 with SWEEP w64 (dense int8 to 64 columns, slower) and call 4 on experiment
 # 0115 (lean MUL_MAT_ID units), then its 40-layer sweep, as commit 3a3a001 has them (docs/performance.md).
 set -u
-call=${1:?which call: 1-9}
+call=${1:?which call: 1-10}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -114,7 +118,14 @@ case $call in
        MODE_kw2=GGML_CUDA_MMQ_NARROW_KW=2 MODE_kw8=GGML_CUDA_MMQ_NARROW_KW=8 \
        MODE_i8r2k=GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=2048 MODE_nonarrow=GGML_CUDA_MMQ_NARROW=0 PERF_S=40 \
        BUDGET_S=330 bash bench/device/run.sh ;;
-  *) echo "call 1-9" >&2; exit 2 ;;
+  10) CASES="
+bs-model|-|BLOCK_SOFTMAX_HISTORY|d_k=128,d_v=128,n=32,h_k=16,h_v=32,gathered_state=1
+z-q6k-4096-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=4096,n=32,k=2048,
+z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K,.*m=4096,n=32,k=2048,
+qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
+head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
+" SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
+  *) echo "call 1-10" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

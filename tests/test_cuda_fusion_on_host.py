@@ -5,35 +5,25 @@ tensor where the allocator put it. CI has no GPU, so this is the only place CI r
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from host_checks import needs_gxx, run_check, summaries
 
-ROOT = Path(__file__).resolve().parent.parent
-CHECK = ROOT / "bench" / "device" / "fusion_on_cpu" / "check.sh"
-
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+pytestmark = needs_gxx
 
 
 @pytest.fixture(scope="module")
 def check_output() -> str:
     """One run of every check (the patched tree is prepared once)."""
-    env = {**os.environ, "PY": sys.executable}
-    res = subprocess.run(["bash", str(CHECK), "all"], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
-    return res.stdout
+    return run_check("fusion_on_cpu/check.sh", "all")
 
 
 def test_kernels_match_the_cpu_on_the_test_cases(check_output):
     # the coreset's cases (its rows' kernel picking candidates with Ampere's warp reductions, then with
     # shuffles), the conv's, the block softmax's: each program ends with its count
-    summary = re.findall(r"^(\d+) cases, (\d+) failed$", check_output, re.M)
-    assert len(summary) == 4 and all(int(n) > 0 and f == "0" for n, f in summary), check_output
+    summary = summaries(check_output)
+    assert len(summary) == 4 and all(n > 0 and f == 0 for n, f in summary), check_output
 
 
 def test_the_block_softmax_takes_the_whole_construction_at_the_model_s_sizes(check_output):

@@ -4,30 +4,21 @@ records them, the way the CUDA backend would. CI has no GPU, so this is the only
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from host_checks import needs_gxx, run_check
 
-ROOT = Path(__file__).resolve().parent.parent
-CHECK = ROOT / "bench" / "device" / "streams_on_cpu" / "check.sh"
-
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+pytestmark = needs_gxx
 
 
 @pytest.fixture(scope="module")
 def plan() -> dict[str, list[tuple[str, str, int]]]:
     """Each pass's regions as (fork, join op, streams), from one run of the check (exit 0: none failed)."""
-    env = {**os.environ, "PY": sys.executable}
-    res = subprocess.run(["bash", str(CHECK)], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
-    assert "FAIL" not in res.stdout, res.stdout
+    out = run_check("streams_on_cpu/check.sh")
+    assert "FAIL" not in out, out
     passes: dict[str, list[tuple[str, str, int]]] = {}
-    for line in res.stdout.splitlines():
+    for line in out.splitlines():
         if line.startswith("-- "):
             regions = passes.setdefault(line[3:], [])
         elif m := re.match(r"  (\S+) -> \S+ \((\w+)\): (\d+) streams", line):

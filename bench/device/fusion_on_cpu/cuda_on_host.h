@@ -45,34 +45,41 @@ template <typename T> T exchange(std::vector<T> & buf, T v, int src_lane) {
     return r;
 }
 
-// runs kernel() for every thread of every block of grid (blocks of whole warps)
+// runs kernel() for every thread of every block of grid (blocks of whole warps): a host thread per CUDA thread of a
+// block, kept for all blocks, which run one after another
 inline void launch(host_dim3 grid, host_dim3 block, const std::function<void()> & kernel) {
-    const int n = (int) (block.x * block.y * block.z);
-    block_dim   = block;
-    for (unsigned bz = 0; bz < grid.z; bz++) {
-        for (unsigned by = 0; by < grid.y; by++) {
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                block_idx     = { bx, by, bz };
-                block_barrier = std::make_unique<std::barrier<>>(n);
-                warp_barriers.clear();
-                for (int w = 0; w < n / 32; w++) {
-                    warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
-                }
-                exchange_f.assign(n, 0.0f);
-                exchange_i.assign(n, 0);
-                std::vector<std::thread> threads;
-                for (int t = 0; t < n; t++) {
-                    threads.emplace_back([&, t] {
-                        linear_thread = t;
-                        thread_idx    = { t % block.x, (t / block.x) % block.y, t / (block.x * block.y) };
-                        kernel();
-                    });
-                }
-                for (std::thread & t : threads) {
-                    t.join();
-                }
-            }
+    const int      n        = (int) (block.x * block.y * block.z);
+    const unsigned n_blocks = grid.x * grid.y * grid.z;
+    block_dim               = block;
+    block_barrier           = std::make_unique<std::barrier<>>(n);
+    warp_barriers.clear();
+    for (int w = 0; w < n / 32; w++) {
+        warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
+    }
+    exchange_f.assign(n, 0.0f);
+    exchange_i.assign(n, 0);
+    unsigned   b         = 0;
+    const auto set_block = [&] { block_idx = { b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y) }; };
+    set_block();
+    const auto next = [&]() noexcept { // when every thread has finished block b
+        if (++b < n_blocks) {
+            set_block();
         }
+    };
+    std::barrier<decltype(next)> between_blocks(n, next);
+    std::vector<std::thread>     threads;
+    for (int t = 0; t < n; t++) {
+        threads.emplace_back([&, t] {
+            linear_thread = t;
+            thread_idx    = { t % block.x, (t / block.x) % block.y, t / (block.x * block.y) };
+            for (unsigned i = 0; i < n_blocks; i++) {
+                kernel();
+                between_blocks.arrive_and_wait();
+            }
+        });
+    }
+    for (std::thread & t : threads) {
+        t.join();
     }
 }
 } // namespace cuda_on_host

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Patch 0105's narrow MMQ kernel checked on a machine without a GPU: mmq-narrow.cu (its launch, the activations'
+# conversion, the kernel) and mmid.cu's ids helper, cut out of the patched tree, run on host threads
+# (../fusion_on_cpu/cuda_on_host.h and narrow_on_host.h: mma.sync, halves, cp.async emulated) against ggml's CPU backend
+# on MUL_MAT_SMALL and MUL_MAT_ID_SMALL graphs and the experts' gate, up and SwiGLU in one launch (narrow_on_cpu.cpp). Each settings line below is one run: the defaults (halves to 16 columns, int8 at 17-32 columns
+# from 4096 rows), every case on the halves, every case in int8, and int8 with q8_1's scales per 32 values and the
+# column tiles' count at run time. TREE=<a patched llama.cpp tree>: cut the kernel from it instead of the series' (an
+# experiment on the narrow kernel).
+#
+#   bash bench/device/narrow_on_cpu/check.sh   (about 6 min on 2 cores; exit 1: a case failed)
+source "$(dirname "$0")/../series_tree.sh"
+E=bench/device/narrow_on_cpu
+if [ -n "${TREE:-}" ]; then
+  V=$T/tree && mkdir -p "$V" && cp -r "$TREE/ggml" "$TREE/tests" "$V/"
+else
+  V=$(series_tree)
+fi
+git -C "$V" apply "$ROOT/bench/device/kernels-test-cases.patch"
+C=$V/ggml/src/ggml-cuda
+# the file without its includes, its inline-assembly helpers (narrow_on_host.h has host forms of the three mma and the
+# prefetch) and with its dynamic shared memory where the host launch puts it
+"$PY" - "$C/mmq-narrow.cu" "$T/narrow.inc" <<'PYEOF'
+import re, sys
+src = open(sys.argv[1]).read()
+src = re.sub(r'^#include .*\n', '', src, flags=re.M)
+for name in ("mmqn_mma_k32", "mmqn_mma_k16", "mmqn_mma_f16", "mmqn_prefetch"):
+    m = re.search(r'^(template <int span>\n)?static __device__ __forceinline__ void ' + name + r'\(.*?^}\n', src, flags=re.M | re.S)
+    if not m:
+        sys.exit(f"could not cut {name} out of {sys.argv[1]}")
+    src = src[:m.start()] + src[m.end():]
+shared = "    extern __shared__ char mmqn_smem[];\n"
+if shared not in src:
+    sys.exit("no dynamic shared memory declaration in " + sys.argv[1])
+src = src.replace(shared, "    char * mmqn_smem = narrow_on_host::dynamic_smem.data();\n")
+open(sys.argv[2], "w").write(src)
+PYEOF
+# mmid.cu's ids helper (MUL_MAT_ID's columns sorted by expert), its dynamic shared memory and launch the host's
+"$PY" - "$C/mmid.cu" "$T/mmid.inc" <<'PYEOF'
+import re, sys
+src = open(sys.argv[1]).read()
+src = re.sub(r'^#include .*\n', '', src, flags=re.M)
+shared = "    extern __shared__ char data_mm_ids_helper[];\n"
+launch = re.compile(r'(mm_ids_helper<n_expert_used_template>)<<<(.*?)>>>\s*\((.*?)\);', re.S)
+if shared not in src or not launch.search(src):
+    sys.exit("could not adapt " + sys.argv[1])
+src = src.replace(shared, "    char * data_mm_ids_helper = narrow_on_host::dynamic_smem.data();\n")
+src = launch.sub(r'ggml_cuda_kernel_launch(\1, ggml_cuda_kernel_launch_params(\2), \3);', src)
+open(sys.argv[2], "w").write(src)
+PYEOF
+LIB=$("$PY" -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / "lib")')
+g++ -std=c++20 -O1 -w -I"$T" -I"$E" -I"$ROOT/bench/device/fusion_on_cpu" -I"$V/ggml/include" -I"$V/ggml/src" \
+    -I"$V/tests" "$E/narrow_on_cpu.cpp" -L"$LIB" -lggml-base -lggml -lggml-cpu -Wl,-rpath,"$LIB" -pthread -o "$T/check"
+rc=0
+while read -r settings; do
+  echo "-- ${settings:-defaults}"
+  env $settings "$T/check" || rc=1
+done <<'SETTINGS'
+
+GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16 GGML_CUDA_MMQ_NARROW_F16=2
+GGML_CUDA_MMQ_NARROW_DENSE_MAX=8 GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=16
+GGML_CUDA_MMQ_NARROW_DENSE_MAX=8 GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=16 GGML_CUDA_MMQ_NARROW_Q8K=0 GGML_CUDA_MMQ_NARROW_FULL_TILES=0
+SETTINGS
+exit $rc

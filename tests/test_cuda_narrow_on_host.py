@@ -1,0 +1,47 @@
+"""Patch 0105's narrow MMQ kernel without a GPU: `bench/device/narrow_on_cpu/check.sh` cuts mmq-narrow.cu
+(its launch, the activations' conversion, the kernel) and mmid.cu's ids helper out of the patched tree and
+runs them on host threads, mma.sync, halves and cp.async emulated, against ggml's CPU backend on dense and
+expert graphs, in four settings of its measurement switches. CI has no GPU, so this is the only place CI
+runs that code."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from host_checks import needs_gxx, run_check, summaries
+
+pytestmark = needs_gxx
+
+
+@pytest.fixture(scope="module")
+def check_output() -> str:
+    return run_check("narrow_on_cpu/check.sh")
+
+
+def test_every_setting_runs_cases_and_none_fails(check_output):
+    summary = summaries(check_output)
+    assert len(summary) == 4 and all(n > 0 and f == 0 for n, f in summary), check_output
+
+
+def test_the_defaults_take_both_variants_at_the_model_s_projections(check_output):
+    # halves at 16 columns of 1024 rows, int8 at the z projection's shape (Q6_K 4096 x 2048, 32 columns),
+    # where the int8 variant's q8_K activations make the CPU's own dot products: the NMSE is rounding only
+    defaults = check_output.split("-- ")[1]
+    halves = re.search(r"type_a=q6_K,type_b=f32,m=1024,n=16,k=2048,.*: NMSE against the CPU (\S+)", defaults)
+    int8 = re.search(r"type_a=q6_K,type_b=f32,m=4096,n=32,k=2048,.*: NMSE against the CPU (\S+)", defaults)
+    assert halves and int8, defaults
+    assert float(halves.group(1)) < 5e-4 and float(int8.group(1)) < 1e-10, defaults
+
+
+def test_the_experts_run_on_a_coreset_and_with_their_glu(check_output):
+    # the routed experts at the 35B-A3B's shapes on a coreset of 8 of 256 (int8 gate and up, halves down),
+    # and the gate, up and SwiGLU in one launch, in the defaults
+    defaults = check_output.split("-- ")[1]
+    passed = r": NMSE against the CPU [0-9.e-]+\n"
+    for case in (
+        r"type_a=q4_K,type_b=f32,n_mats=256,n_used=8,b=1,m=512,n=32,k=2048,.*n_active=8",
+        r"type_a=q6_K,type_b=f32,n_mats=256,n_used=8,b=0,m=2048,n=32,k=512,.*n_active=8",
+        r"gate, up and SwiGLU, Q4_K 512 x 2048, 32 tokens over 8 experts",
+    ):
+        assert re.search(case + passed, defaults), defaults

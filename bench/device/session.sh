@@ -43,6 +43,8 @@
 #                                    # the F32 MUL_MAT_SMALL, MOE_CORESET and CLOVER_HEAD cases against the CPU, the
 #                                    # router's and the head's cases per op with and without their experiment, the dense
 #                                    # projections merged and apart (MERGED), then `clover verify` on the GPU (about 420 s)
+#   bash bench/device/session.sh 7h  # call 7 again without `clover verify`, which passed: the CLOVER_HEAD cases against the
+#                                    # CPU once their initialization was fixed, and the per-op timings (about 250 s)
 #   bash bench/device/session.sh 8   # the same carry at 40 layers: the series' passes and a sweep with each of the three
 #                                    # switches and a B run (about 500 s)
 #   bash bench/device/session.sh 9   # the narrow kernel's knobs on the dense Q6_K projections at 32 columns (DENSE32),
@@ -61,7 +63,7 @@
 # 2026-12-05 08:56-09:11 UTC ran call 5 with SWEEP w64 (dense int8 to 64 columns, slower) and call 4 on experiment
 # 0115 (lean MUL_MAT_ID units), then its 40-layer sweep, as commit 3a3a001 has them (docs/performance.md).
 set -u
-call=${1:?which call: 1-10}
+call=${1:?which call: 1-10, 7h}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -111,13 +113,18 @@ case $call in
      mkdir -p "$OUT/parity"; OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny PARITY_QUANTS=f32,q4_k_m BUDGET_S=110 \
        bash bench/device/run.sh > /dev/null 2>&1
      grep -h "verify tiny" "$OUT/parity/run.log" ;;
+  7h) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=default EVAL_OPS=CLOVER_HEAD \
+       PERF_OPS=MUL_MAT_SMALL,CLOVER_HEAD PERF_FILTER="type_a=f32,.*m=256,n=(16|32|64),k=2048,|n_vocab|$MERGED" \
+       MODES="default mfn0 head0" MODE_mfn0=GGML_CUDA_MMF_NARROW=0 MODE_head0=GGML_CUDA_CLOVER_HEAD=0 PERF_S=40 \
+       BUDGET_S=${BUDGET_S:-250} bash bench/device/run.sh > /dev/null 2>&1
+     grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log ;;
   8) SWEEP="mfn0:GGML_CUDA_MMF_NARROW=0 keep1:GGML_CUDA_CLOVER_CORESET_KEEP=1 head0:GGML_CUDA_CLOVER_HEAD=0 b:CLOVER_SWEEP_REPEAT=2" \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
   9) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=perf PERF_OPS=MUL_MAT_SMALL PERF_FILTER="$DENSE32" \
        MODES="default cta1 kw2 kw8 i8r2k nonarrow" MODE_cta1=GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1 \
        MODE_kw2=GGML_CUDA_MMQ_NARROW_KW=2 MODE_kw8=GGML_CUDA_MMQ_NARROW_KW=8 \
        MODE_i8r2k=GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=2048 MODE_nonarrow=GGML_CUDA_MMQ_NARROW=0 PERF_S=40 \
-       BUDGET_S=330 bash bench/device/run.sh ;;
+       BUDGET_S=${BUDGET_S:-330} bash bench/device/run.sh ;;
   10) CASES="
 bs-model|-|BLOCK_SOFTMAX_HISTORY|d_k=128,d_v=128,n=32,h_k=16,h_v=32,gathered_state=1
 z-q6k-4096-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=4096,n=32,k=2048,

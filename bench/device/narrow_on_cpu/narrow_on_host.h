@@ -153,41 +153,41 @@ static float  half_of(uint32_t w, int i) {
 }
 } // namespace narrow_on_host
 
-// m16n8k32 s8: A regs row g / g+8 (a0, a1) at k 4t.. and the same rows at k 16 + 4t.. (a2, a3); B k 4t.. (b0), 16 + 4t.. (b1)
-static void mmqn_mma_k32(int (&c)[4], const int (&a)[4], const int b0, const int b1) {
-    using namespace narrow_on_host;
-    const uint32_t mine[6] = { (uint32_t) a[0], (uint32_t) a[1], (uint32_t) a[2], (uint32_t) a[3], (uint32_t) b0, (uint32_t) b1 };
-    const int      lane    = cuda_on_host::linear_thread % 32, g = lane / 4, t = lane % 4;
-    warp_collective(mine, 6, [&](const std::array<uint32_t, 8> * l) {
+// one warp's mma.sync of depth K: lane (g, t) sets C[row][col] for rows g and g + 8 and columns 2t and 2t + 1 to the sum
+// over k of a(l, row, k) * b(l, col, k) (plus C's own value if accumulate), l holding every lane's fragment words
+template <int K, typename T, int n, typename FA, typename FB>
+static void mmqn_mma_on_warp(T (&c)[4], const uint32_t (&mine)[n], bool accumulate, FA && a, FB && b) {
+    const int lane = cuda_on_host::linear_thread % 32, g = lane / 4, t = lane % 4;
+    narrow_on_host::warp_collective(mine, n, [&](const std::array<uint32_t, 8> * l) {
         for (int o = 0; o < 4; o++) {
             const int row = g + 8 * (o / 2), col = 2 * t + o % 2;
-            int       sum = 0;
-            for (int k = 0; k < 32; k++) {
-                const int ta = (k % 16) / 4, reg = (row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0);
-                const int8_t av = byte_of(l[(row % 8) * 4 + ta][reg], k % 4);
-                const int8_t bv = byte_of(l[col * 4 + (k % 16) / 4][4 + (k >= 16)], k % 4);
-                sum += av * bv;
+            T         sum = accumulate ? c[o] : T(0);
+            for (int k = 0; k < K; k++) {
+                sum += a(l, row, k) * b(l, col, k);
             }
             c[o] = sum;
         }
     });
 }
 
+using mma_lanes = const std::array<uint32_t, 8> *;
+
+// m16n8k32 s8: A regs row g / g+8 (a0, a1) at k 4t.. and the same rows at k 16 + 4t.. (a2, a3); B k 4t.. (b0), 16 + 4t.. (b1)
+static void mmqn_mma_k32(int (&c)[4], const int (&a)[4], const int b0, const int b1) {
+    using namespace narrow_on_host;
+    const uint32_t mine[6] = { (uint32_t) a[0], (uint32_t) a[1], (uint32_t) a[2], (uint32_t) a[3], (uint32_t) b0, (uint32_t) b1 };
+    mmqn_mma_on_warp<32>(c, mine, false,
+        [](mma_lanes l, int row, int k) { return (int) byte_of(l[(row % 8) * 4 + (k % 16) / 4][(row >= 8) + 2 * (k >= 16)], k % 4); },
+        [](mma_lanes l, int col, int k) { return (int) byte_of(l[col * 4 + (k % 16) / 4][4 + (k >= 16)], k % 4); });
+}
+
 // m16n8k16 s8: A regs row g (a0), g+8 (a1) at k 4t..; B k 4t.. (b0)
 static void mmqn_mma_k16(int (&c)[4], const int (&a)[2], const int b0) {
     using namespace narrow_on_host;
     const uint32_t mine[3] = { (uint32_t) a[0], (uint32_t) a[1], (uint32_t) b0 };
-    const int      lane    = cuda_on_host::linear_thread % 32, g = lane / 4, t = lane % 4;
-    warp_collective(mine, 3, [&](const std::array<uint32_t, 8> * l) {
-        for (int o = 0; o < 4; o++) {
-            const int row = g + 8 * (o / 2), col = 2 * t + o % 2;
-            int       sum = 0;
-            for (int k = 0; k < 16; k++) {
-                sum += byte_of(l[(row % 8) * 4 + k / 4][row >= 8 ? 1 : 0], k % 4) * byte_of(l[col * 4 + k / 4][2], k % 4);
-            }
-            c[o] = sum;
-        }
-    });
+    mmqn_mma_on_warp<16>(c, mine, false,
+        [](mma_lanes l, int row, int k) { return (int) byte_of(l[(row % 8) * 4 + k / 4][row >= 8], k % 4); },
+        [](mma_lanes l, int col, int k) { return (int) byte_of(l[col * 4 + k / 4][2], k % 4); });
 }
 
 // m16n8k16 f16, f32 sums added to c: A regs row g (a0), g+8 (a1) at k 2t.., the same at k 8 + 2t.. (a2, a3); B k 2t..
@@ -195,18 +195,9 @@ static void mmqn_mma_k16(int (&c)[4], const int (&a)[2], const int b0) {
 static void mmqn_mma_f16(float (&c)[4], const uint32_t (&a)[4], const uint2 b) {
     using namespace narrow_on_host;
     const uint32_t mine[6] = { a[0], a[1], a[2], a[3], b.x, b.y };
-    const int      lane    = cuda_on_host::linear_thread % 32, g = lane / 4, t = lane % 4;
-    warp_collective(mine, 6, [&](const std::array<uint32_t, 8> * l) {
-        for (int o = 0; o < 4; o++) {
-            const int row = g + 8 * (o / 2), col = 2 * t + o % 2;
-            float     sum = c[o];
-            for (int k = 0; k < 16; k++) {
-                const int reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
-                sum += half_of(l[(row % 8) * 4 + (k % 8) / 2][reg], k % 2) * half_of(l[col * 4 + (k % 8) / 2][4 + (k >= 8)], k % 2);
-            }
-            c[o] = sum;
-        }
-    });
+    mmqn_mma_on_warp<16>(c, mine, true,
+        [](mma_lanes l, int row, int k) { return half_of(l[(row % 8) * 4 + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2); },
+        [](mma_lanes l, int col, int k) { return half_of(l[col * 4 + (k % 8) / 2][4 + (k >= 8)], k % 2); });
 }
 
 // cp.async into the dynamic shared memory: its "shared address" is the offset there

@@ -61,6 +61,9 @@ static unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     return r;
 }
 static int   __popc(unsigned x) { return __builtin_popcount(x); }
+static int   atomicAdd(int * p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static void  __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static float __ldcg(const float * p) { return *p; }
 static float __int_as_float(int i) {
     float f;
     std::memcpy(&f, &i, sizeof(f));

@@ -64,6 +64,7 @@
 #   bash bench/device/session.sh 12  # call 11's checks against the CPU, then per op instead of 40 layers (about 300 s): the
 #                                    # dense Q6_K shapes at 32 columns (DENSE32) and the head's 32 rows in the modes default,
 #                                    # ks0 (0121 off), i8r2k (the output projection on the narrow kernel) and head0 (0120 off)
+#                                    # (EVAL12, MODES12 replace the eval's and the timings' modes, for a shorter call)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -142,11 +143,11 @@ case $call in
       grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
       SWEEP="ks0:GGML_CUDA_MMQ_NARROW_KSLICES=0 head0:GGML_CUDA_CLOVER_HEAD=0 mfn0:GGML_CUDA_MMF_NARROW=0" LAYERS=40 \
         STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=$(( ${CALL_S:-580} - ($(date +%s) - T11) )) bash bench/device/run.sh ;;
-  12) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="nd nd8" \
+  12) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="${EVAL12:-nd nd8}" \
         MODE_nd="GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16" \
         MODE_nd8="GGML_CUDA_MMQ_NARROW_DENSE_MAX=8 GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=16" \
         EVAL_OPS=MUL_MAT_SMALL,CLOVER_HEAD EVAL_FILTER="type_a=$K4|n_vocab" PERF_OPS=MUL_MAT_SMALL,CLOVER_HEAD \
-        PERF_FILTER="$DENSE32|n_vocab=248320,n_rows=32," MODES="default ks0 i8r2k head0" MODE_ks0=GGML_CUDA_MMQ_NARROW_KSLICES=0 \
+        PERF_FILTER="$DENSE32|n_vocab=248320,n_rows=32," MODES="${MODES12:-default ks0 i8r2k head0}" MODE_ks0=GGML_CUDA_MMQ_NARROW_KSLICES=0 \
         MODE_i8r2k=GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=2048 MODE_head0=GGML_CUDA_CLOVER_HEAD=0 PERF_S=35 \
         BUDGET_S=${BUDGET_S:-300} bash bench/device/run.sh > /dev/null 2>&1
       grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log ;;

@@ -83,6 +83,9 @@ ID_PERF='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,
 MERGED='type_a=(q4_K|q6_K),.*m=(12288|9216|8192|4096|512),n=(1|32),k=2048,'
 # the dense Q6_K projections at 32 columns (a GDN layer's qkv, z and output, the output head, merged shapes)
 DENSE32='type_a=q6_K,.*m=(248320|12288|9216|8192|4096|2048),n=32,k=(2048|4096),'
+# calls 11 and 12: the dense MUL_MAT_SMALL cases (256-512 rows) moved onto the narrow kernel, in halves and in int8
+export MODE_nd="GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16"
+export MODE_nd8="GGML_CUDA_MMQ_NARROW_DENSE_MAX=8 GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=16"
 # the experts (MUL_MAT_ID_SMALL, _GLU) against the CPU in the modes $1, then their perf cases at 16-64
 # tokens (over 256 experts, coresets of 8 and 32) in the modes $2: PERF_S $3, BUDGET_S $4, PERF_FILTER
 # $5 (default ID_PERF)
@@ -137,15 +140,11 @@ case $call in
        BUDGET_S=${BUDGET_S:-330} bash bench/device/run.sh ;;
   11) T11=$(date +%s)
       OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval EVAL_WIDE=0 EVAL_MODES="nd nd8" \
-        MODE_nd="GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16" \
-        MODE_nd8="GGML_CUDA_MMQ_NARROW_DENSE_MAX=8 GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=16" \
         EVAL_OPS=MUL_MAT_SMALL,CLOVER_HEAD EVAL_FILTER="type_a=$K4|n_vocab" BUDGET_S=150 timeout 170 bash bench/device/run.sh > /dev/null 2>&1
       grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
       SWEEP="ks0:GGML_CUDA_MMQ_NARROW_KSLICES=0 head0:GGML_CUDA_CLOVER_HEAD=0 mfn0:GGML_CUDA_MMF_NARROW=0" LAYERS=40 \
         STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=$(( ${CALL_S:-580} - ($(date +%s) - T11) )) bash bench/device/run.sh ;;
   12) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="${EVAL12:-nd nd8}" \
-        MODE_nd="GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16" \
-        MODE_nd8="GGML_CUDA_MMQ_NARROW_DENSE_MAX=8 GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=16" \
         EVAL_OPS=MUL_MAT_SMALL,CLOVER_HEAD EVAL_FILTER="type_a=$K4|n_vocab" PERF_OPS=MUL_MAT_SMALL,CLOVER_HEAD \
         PERF_FILTER="$DENSE32|n_vocab=248320,n_rows=32," MODES="${MODES12:-default ks0 i8r2k head0}" MODE_ks0=GGML_CUDA_MMQ_NARROW_KSLICES=0 \
         MODE_i8r2k=GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=2048 MODE_head0=GGML_CUDA_CLOVER_HEAD=0 PERF_S=35 \

@@ -60,7 +60,10 @@
 #                                    # bench/device/experiments/012[01]-*.patch`; MUL_MAT_SMALL's quantized cases against the
 #                                    # CPU with the dense ones moved onto the narrow kernel (halves, nd; int8, nd8: 0121's K
 #                                    # slices at 2-4 row blocks) and CLOVER_HEAD; then the 40-layer series and a sweep without
-#                                    # 0121 (ks0), 0120 (head0) and 0118 (mfn0), as far as CALL_S (580 s) reaches
+#                                    # 0121 (ks0), 0120 (head0) and 0118 (mfn0), as far as CALL_S (580 s) reaches; SWEEP11
+#                                    # replaces the sweep, e.g. with 0122 in the carry (012[012]-*.patch; nd8 then puts the
+#                                    # 64-column dense cases on its column tiles) SWEEP11="ks0:GGML_CUDA_MMQ_NARROW_KSLICES=0
+#                                    # w64:GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64,GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=2048 ..."
 #   bash bench/device/session.sh 12  # call 11's checks against the CPU, then per op instead of 40 layers (about 300 s): the
 #                                    # dense Q6_K shapes at 32 columns (DENSE32) and the head's 32 rows in the modes default,
 #                                    # ks0 (0121 off), i8r2k (the output projection on the narrow kernel) and head0 (0120 off)
@@ -142,7 +145,7 @@ case $call in
       OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval EVAL_WIDE=0 EVAL_MODES="nd nd8" \
         EVAL_OPS=MUL_MAT_SMALL,CLOVER_HEAD EVAL_FILTER="type_a=$K4|n_vocab" BUDGET_S=150 timeout 170 bash bench/device/run.sh > /dev/null 2>&1
       grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
-      SWEEP="ks0:GGML_CUDA_MMQ_NARROW_KSLICES=0 head0:GGML_CUDA_CLOVER_HEAD=0 mfn0:GGML_CUDA_MMF_NARROW=0" LAYERS=40 \
+      SWEEP="${SWEEP11:-ks0:GGML_CUDA_MMQ_NARROW_KSLICES=0 head0:GGML_CUDA_CLOVER_HEAD=0 mfn0:GGML_CUDA_MMF_NARROW=0}" LAYERS=40 \
         STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=$(( ${CALL_S:-580} - ($(date +%s) - T11) )) bash bench/device/run.sh ;;
   12) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="${EVAL12:-nd nd8}" \
         EVAL_OPS=MUL_MAT_SMALL,CLOVER_HEAD EVAL_FILTER="type_a=$K4|n_vocab" PERF_OPS=MUL_MAT_SMALL,CLOVER_HEAD \

@@ -143,7 +143,7 @@ case $call in
        BUDGET_S=${BUDGET_S:-330} bash bench/device/run.sh ;;
   11) T11=$(date +%s)
       OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval EVAL_WIDE=0 EVAL_MODES="nd nd8" \
-        EVAL_OPS=MUL_MAT_SMALL,CLOVER_HEAD EVAL_FILTER="type_a=$K4|n_vocab" BUDGET_S=150 timeout 170 bash bench/device/run.sh > /dev/null 2>&1
+        EVAL_OPS=MUL_MAT_SMALL,CLOVER_HEAD EVAL_FILTER="type_a=$K4|n_vocab" BUDGET_S=200 timeout 220 bash bench/device/run.sh > /dev/null 2>&1
       grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
       SWEEP="${SWEEP11:-ks0:GGML_CUDA_MMQ_NARROW_KSLICES=0 head0:GGML_CUDA_CLOVER_HEAD=0 mfn0:GGML_CUDA_MMF_NARROW=0}" LAYERS=40 \
         STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=$(( ${CALL_S:-580} - ($(date +%s) - T11) )) bash bench/device/run.sh ;;

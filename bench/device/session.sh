@@ -55,19 +55,6 @@
 #                                    # softmax at the model's size, the z and qkv projections at 32 columns (z also with one
 #                                    # CTA per SM) and, with 0120's carry, the head's chunks kernel: where their time goes
 #                                    # (about 300 s)
-#   bash bench/device/session.sh 11  # experiments 0118-0121 in one call, for a session with little device time (2026-12-06):
-#                                    # carry `prepare_experiment.sh bench/device/experiments/011[89]-*.patch
-#                                    # bench/device/experiments/012[01]-*.patch`; MUL_MAT_SMALL's quantized cases against the
-#                                    # CPU with the dense ones moved onto the narrow kernel (halves, nd; int8, nd8: 0121's K
-#                                    # slices at 2-4 row blocks) and CLOVER_HEAD; then the 40-layer series and a sweep without
-#                                    # 0121 (ks0), 0120 (head0) and 0118 (mfn0), as far as CALL_S (580 s) reaches; SWEEP11
-#                                    # replaces the sweep, e.g. with 0122 in the carry (012[012]-*.patch; nd8 then puts the
-#                                    # 64-column dense cases on its column tiles) SWEEP11="ks0:GGML_CUDA_MMQ_NARROW_KSLICES=0
-#                                    # w64:GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64,GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=2048 ..."
-#   bash bench/device/session.sh 12  # call 11's checks against the CPU, then per op instead of 40 layers (about 300 s): the
-#                                    # dense Q6_K shapes at 32 columns (DENSE32) and the head's 32 rows in the modes default,
-#                                    # ks0 (0121 off), i8r2k (the output projection on the narrow kernel) and head0 (0120 off)
-#                                    # (EVAL12, MODES12 replace the eval's and the timings' modes, for a shorter call)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -75,8 +62,11 @@
 #
 # 2026-12-05 08:56-09:11 UTC ran call 5 with SWEEP w64 (dense int8 to 64 columns, slower) and call 4 on experiment
 # 0115 (lean MUL_MAT_ID units), then its 40-layer sweep, as commit 3a3a001 has them (docs/performance.md).
+# 2026-12-06 04:23-04:54 UTC ran calls 11 (experiments 0118-0122: the dense cases and CLOVER_HEAD against the CPU, then
+# 40 layers with a sweep) and 12 (the same checks, then per op), as commit 7567a59 has them; 0121 (dense matmuls in K
+# slices) lost per op and was dropped with 0122, which was built on it.
 set -u
-call=${1:?which call: 1-12, 7h}
+call=${1:?which call: 1-10, 7h}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -86,9 +76,6 @@ ID_PERF='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,
 MERGED='type_a=(q4_K|q6_K),.*m=(12288|9216|8192|4096|512),n=(1|32),k=2048,'
 # the dense Q6_K projections at 32 columns (a GDN layer's qkv, z and output, the output head, merged shapes)
 DENSE32='type_a=q6_K,.*m=(248320|12288|9216|8192|4096|2048),n=32,k=(2048|4096),'
-# calls 11 and 12: the dense MUL_MAT_SMALL cases (256-512 rows) moved onto the narrow kernel, in halves and in int8
-export MODE_nd="GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16"
-export MODE_nd8="GGML_CUDA_MMQ_NARROW_DENSE_MAX=8 GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=16"
 # the experts (MUL_MAT_ID_SMALL, _GLU) against the CPU in the modes $1, then their perf cases at 16-64
 # tokens (over 256 experts, coresets of 8 and 32) in the modes $2: PERF_S $3, BUDGET_S $4, PERF_FILTER
 # $5 (default ID_PERF)
@@ -141,18 +128,6 @@ case $call in
        MODE_kw2=GGML_CUDA_MMQ_NARROW_KW=2 MODE_kw8=GGML_CUDA_MMQ_NARROW_KW=8 \
        MODE_i8r2k=GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=2048 MODE_nonarrow=GGML_CUDA_MMQ_NARROW=0 PERF_S=40 \
        BUDGET_S=${BUDGET_S:-330} bash bench/device/run.sh ;;
-  11) T11=$(date +%s)
-      OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval EVAL_WIDE=0 EVAL_MODES="nd nd8" \
-        EVAL_OPS=MUL_MAT_SMALL,CLOVER_HEAD EVAL_FILTER="type_a=$K4|n_vocab" BUDGET_S=200 timeout 220 bash bench/device/run.sh > /dev/null 2>&1
-      grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
-      SWEEP="${SWEEP11:-ks0:GGML_CUDA_MMQ_NARROW_KSLICES=0 head0:GGML_CUDA_CLOVER_HEAD=0 mfn0:GGML_CUDA_MMF_NARROW=0}" LAYERS=40 \
-        STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=$(( ${CALL_S:-580} - ($(date +%s) - T11) )) bash bench/device/run.sh ;;
-  12) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="${EVAL12:-nd nd8}" \
-        EVAL_OPS=MUL_MAT_SMALL,CLOVER_HEAD EVAL_FILTER="type_a=$K4|n_vocab" PERF_OPS=MUL_MAT_SMALL,CLOVER_HEAD \
-        PERF_FILTER="$DENSE32|n_vocab=248320,n_rows=32," MODES="${MODES12:-default ks0 i8r2k head0}" MODE_ks0=GGML_CUDA_MMQ_NARROW_KSLICES=0 \
-        MODE_i8r2k=GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=2048 MODE_head0=GGML_CUDA_CLOVER_HEAD=0 PERF_S=35 \
-        BUDGET_S=${BUDGET_S:-300} bash bench/device/run.sh > /dev/null 2>&1
-      grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log ;;
   10) CASES="
 bs-model|-|BLOCK_SOFTMAX_HISTORY|d_k=128,d_v=128,n=32,h_k=16,h_v=32,gathered_state=1
 z-q6k-4096-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=4096,n=32,k=2048,

@@ -61,24 +61,6 @@ static unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     return r;
 }
 static int   __popc(unsigned x) { return __builtin_popcount(x); }
-static int   atomicAdd(int * p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-static void  __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static float __ldcg(const float * p) { return *p; }
-// a barrier that tells every thread whether any thread's predicate was set: set, barrier, read, barrier, clear, barrier
-static int __syncthreads_or(int pred) {
-    static int any = 0;
-    if (pred) {
-        __atomic_store_n(&any, 1, __ATOMIC_SEQ_CST);
-    }
-    __syncthreads();
-    const int r = __atomic_load_n(&any, __ATOMIC_SEQ_CST);
-    __syncthreads();
-    if (cuda_on_host::linear_thread == 0) {
-        __atomic_store_n(&any, 0, __ATOMIC_SEQ_CST);
-    }
-    __syncthreads();
-    return r;
-}
 static float __int_as_float(int i) {
     float f;
     std::memcpy(&f, &i, sizeof(f));

@@ -26,13 +26,19 @@ def passes(preview: float, coreset8: float) -> str:
     return json.dumps(res)
 
 
+def summary(backends_passed: int) -> str:
+    # test-backend-ops' closing lines, as it prints them on a terminal
+    ok = backends_passed == 2
+    return f"{backends_passed}/2 backends passed\n\x1b[1;3{2 if ok else 1}m{'OK' if ok else 'FAIL'}\x1b[0m\n"
+
+
 def test_modes_and_repeated_passes(tmp_path: Path, capsys) -> None:
     (tmp_path / "tbo-perf-nosmall.log").write_text(perf_log(30.0))
     (tmp_path / "tbo-perf-default.log").write_text(perf_log(20.0))
     wider = DENSE.replace("n=32", "n=33")
-    (tmp_path / "tbo-eval-default.log").write_text(f"  {DENSE}: OK\n  {wider}: FAIL\n")
+    (tmp_path / "tbo-eval-default.log").write_text(f"  {DENSE}: OK\n  {wider}: FAIL\n{summary(1)}")
     # a mode's own eval (EVAL_MODES) is a check of its own; a sanitizer rerun is not
-    (tmp_path / "tbo-eval-h16all.log").write_text(f"  {DENSE}: OK\n")
+    (tmp_path / "tbo-eval-h16all.log").write_text(f"  {DENSE}: OK\n{summary(2)}")
     (tmp_path / "tbo-eval-h16all-sanitizer.log").write_text(f"  {DENSE}: FAIL\n")
     (tmp_path / "passes-nosmall.json").write_text(passes(5.0, 4.0))
     (tmp_path / "passes-nosmall-2.json").write_text(passes(7.0, 6.0))
@@ -46,8 +52,13 @@ def test_modes_and_repeated_passes(tmp_path: Path, capsys) -> None:
     assert "legacy_us" not in row
     # Q6_K 8192 x 2048 read once at 4.8 TB/s
     assert abs(row["floor_us"] - 8192 * 2048 * 210 / 256 / 4.8e12 * 1e6) < 1e-6
-    assert res["checks"]["eval-default"] == {"cases": 2, "failed": 1, "failed_cases": [wider]}
-    assert res["checks"]["eval-h16all"] == {"cases": 1, "failed": 0, "failed_cases": []}
+    assert res["checks"]["eval-default"] == {
+        "cases": 2,
+        "failed": 1,
+        "failed_cases": [wider],
+        "finished": True,
+    }
+    assert res["checks"]["eval-h16all"] == {"cases": 1, "failed": 0, "failed_cases": [], "finished": True}
     assert sorted(res["checks"]) == ["eval-default", "eval-h16all"]
     # a mode run twice is the median (here the mean) of its runs, key by key
     assert res["passes"]["nosmall"]["preview_ms"] == 6.0
@@ -133,7 +144,7 @@ def test_an_op_other_than_a_matmul_has_a_row_and_a_check(tmp_path: Path) -> None
     line = f"  {gdn}: \x1b[1;32m  8000 runs -   {{us:.2f}} us/run -  1024 kB/run\x1b[0m\n"
     (tmp_path / "tbo-perf-default.log").write_text(line.format(us=9.5))
     (tmp_path / "tbo-perf-gdn0.log").write_text(line.format(us=28.0))
-    (tmp_path / "tbo-eval-default.log").write_text(f"  {gdn}: OK\n")
+    (tmp_path / "tbo-eval-default.log").write_text(f"  {gdn}: OK\n{summary(2)}")
     out = tmp_path / "kernels.json"
     assert kernels_table.main([str(tmp_path), "--out", str(out)]) == 0
 
@@ -141,4 +152,20 @@ def test_an_op_other_than_a_matmul_has_a_row_and_a_check(tmp_path: Path) -> None
     (row,) = res["ops"]
     assert (row["default_us"], row["gdn0_us"], row["floor_us"]) == (9.5, 28.0, None)
     assert row["short"] == "gated_delta_net type=f32 " + shape.replace(",", " ") + " permuted=0 kda=0 K=1"
-    assert res["checks"]["eval-default"] == {"cases": 1, "failed": 0, "failed_cases": []}
+    assert res["checks"]["eval-default"] == {"cases": 1, "failed": 0, "failed_cases": [], "finished": True}
+
+
+def test_an_eval_that_ended_early_says_so(tmp_path: Path, capsys) -> None:
+    # 2026-12-06: test-backend-ops aborted (a GGML_ASSERT) after two passing cases; the table said "2/2 ok"
+    wider = DENSE.replace("n=32", "n=33")
+    abort = "ggml-cuda.cu:677: GGML_ASSERT(ptr == (void *) ((char *)(pool_addr) + pool_used)) failed\n"
+    (tmp_path / "tbo-eval-nd.log").write_text(
+        f"  {DENSE}: \x1b[1;32mOK\x1b[0m\n  {wider}: \x1b[1;32mOK\x1b[0m\n{abort}"
+    )
+    out = tmp_path / "kernels.json"
+    assert kernels_table.main([str(tmp_path), "--out", str(out)]) == 0
+
+    check = json.loads(out.read_text())["checks"]["eval-nd"]
+    assert (check["cases"], check["failed"], check["finished"]) == (2, 0, False)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("eval-nd"))
+    assert "2/2 ok" in line and "ENDED EARLY" in line

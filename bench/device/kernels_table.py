@@ -35,6 +35,8 @@ RATIO_MODES = ("legacy", "nosmall", "nonarrow")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 CASE = re.compile(r"^\s+([A-Z][A-Z0-9_]*)\((.*)\):\s*(.*)$")
 PERF = re.compile(r"(\d+) runs -\s+([\d.]+) us/run")
+# test-backend-ops' closing summary: a log without it ended early (an abort leaves the cases before it passed)
+SUMMARY = re.compile(r"^\d+/\d+ backends passed", re.M)
 PASS_KEYS = (
     "ar_step_ms",
     "causal32_ms",
@@ -144,7 +146,8 @@ def print_table(result: dict) -> None:
     print(f"\n== checks against the CPU (test-backend-ops), build {result['build_s']:.0f} s")
     for name, c in result["checks"].items():
         failed = f"  FAILED: {c['failed_cases'][:5]}" if c["failed"] else ""
-        print(f"{name:22s} {c['cases'] - c['failed']}/{c['cases']} ok{failed}")
+        ended = "" if c["finished"] else "  ENDED EARLY: no summary line (an abort? see the log)"
+        print(f"{name:22s} {c['cases'] - c['failed']}/{c['cases']} ok{failed}{ended}")
     ops = result["ops"]
     modes = present(ops, "_us", tuple(result["modes"]))
     print(f"\n== ops, us per run (floor: weights read once at 4.8 TB/s); {RATIOS}")
@@ -213,7 +216,13 @@ def main(argv: list[str] | None = None) -> int:
         cases = read_log(log) if not name.endswith("-sanitizer") else None
         if cases:
             failed = [c for c, r in cases.items() if not r["ok"]]
-            checks[name] = {"cases": len(cases), "failed": len(failed), "failed_cases": failed[:50]}
+            finished = bool(SUMMARY.search(ANSI.sub("", log.read_text(errors="replace"))))
+            checks[name] = {
+                "cases": len(cases),
+                "failed": len(failed),
+                "failed_cases": failed[:50],
+                "finished": finished,
+            }
 
     modes = run_modes(d)
     perf = {mode: read_log(d / f"tbo-perf-{mode}.log") for mode in modes}

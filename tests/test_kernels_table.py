@@ -162,10 +162,19 @@ def test_an_eval_that_ended_early_says_so(tmp_path: Path, capsys) -> None:
     (tmp_path / "tbo-eval-nd.log").write_text(
         f"  {DENSE}: \x1b[1;32mOK\x1b[0m\n  {wider}: \x1b[1;32mOK\x1b[0m\n{abort}"
     )
+    # and one that aborted before its first case is a check too, not left out
+    (tmp_path / "tbo-eval-nd8.log").write_text(abort)
+    # while one that matched no case and ended normally is none
+    (tmp_path / "tbo-eval-none.log").write_text(summary(2))
     out = tmp_path / "kernels.json"
     assert kernels_table.main([str(tmp_path), "--out", str(out)]) == 0
 
-    check = json.loads(out.read_text())["checks"]["eval-nd"]
+    checks = json.loads(out.read_text())["checks"]
+    assert sorted(checks) == ["eval-nd", "eval-nd8"]
+    check = checks["eval-nd"]
     assert (check["cases"], check["failed"], check["finished"]) == (2, 0, False)
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("eval-nd"))
+    assert (checks["eval-nd8"]["cases"], checks["eval-nd8"]["finished"]) == (0, False)
+    lines = capsys.readouterr().out.splitlines()
+    line = next(x for x in lines if x.startswith("eval-nd "))
     assert "2/2 ok" in line and "ENDED EARLY" in line
+    assert "ENDED EARLY" in next(x for x in lines if x.startswith("eval-nd8"))

@@ -324,7 +324,7 @@ def engine_passes(eng, args, rng, adj, mask: int, chunk: int) -> dict:
     # the diffusion loop's own fused pass (commit_and_preview: final rows, so no snapshots, and only the
     # last causal row through the head), which fused_pass_ms (the speculative verification) overstates;
     # it cannot be rolled back, so each run commits its rows after the last one's, as the commit above
-    need = (args.reps + args.warmup) * 2 * BLOCK
+    need = (args.reps + args.warmup + 1) * BLOCK  # the runs' committed rows, then one preview's
     if eng.n_past + need > args.n_ctx:
         log(f"  fused commit + preview: skipped ({eng.n_past} + {need} tokens exceed n_ctx {args.n_ctx})")
         return out

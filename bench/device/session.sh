@@ -121,6 +121,10 @@ case $call in
        MODES="default mfn0 head0" MODE_mfn0=GGML_CUDA_MMF_NARROW=0 MODE_head0=GGML_CUDA_CLOVER_HEAD=0 PERF_S=40 \
        BUDGET_S=${BUDGET_S:-250} bash bench/device/run.sh > /dev/null 2>&1
      grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log ;;
+  7p) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=perf PERF_OPS=MUL_MAT_SMALL,CLOVER_HEAD,MOE_CORESET \
+       PERF_FILTER="type_a=f32,.*m=256,n=(16|32|64),k=2048,|n_vocab|n_expert=256,n_rows=(32|64)," \
+       MODES="default mfn0 head0 keep1" MODE_mfn0=GGML_CUDA_MMF_NARROW=0 MODE_head0=GGML_CUDA_CLOVER_HEAD=0 \
+       MODE_keep1=GGML_CUDA_CLOVER_CORESET_KEEP=1 PERF_S=40 BUDGET_S=${BUDGET_S:-200} bash bench/device/run.sh ;;
   8) SWEEP="mfn0:GGML_CUDA_MMF_NARROW=0 keep1:GGML_CUDA_CLOVER_CORESET_KEEP=1 head0:GGML_CUDA_CLOVER_HEAD=0 b:CLOVER_SWEEP_REPEAT=2" \
        LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
   9) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=perf PERF_OPS=MUL_MAT_SMALL PERF_FILTER="$DENSE32" \
@@ -135,7 +139,15 @@ z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K
 qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
 head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
-  *) echo "call 1-10" >&2; exit 2 ;;
+  10h) CASES="
+head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
+head-248320-n32-ops|GGML_CUDA_CLOVER_HEAD=0|CLOVER_HEAD|n_vocab=248320,n_rows=32,
+coreset-32|-|MOE_CORESET|n_expert=256,n_rows=32,k=8,top_p=0.900000,size=32
+coreset-32-keep1|GGML_CUDA_CLOVER_CORESET_KEEP=1|MOE_CORESET|n_expert=256,n_rows=32,k=8,top_p=0.900000,size=32
+router-n32|-|MUL_MAT_SMALL|type_a=f32,.*m=256,n=32,k=2048,
+router-n32-cublas|GGML_CUDA_MMF_NARROW=0|MUL_MAT_SMALL|type_a=f32,.*m=256,n=32,k=2048,
+" SOURCE= bash bench/device/stalls.sh ;;
+  *) echo "call 1-10, 7h, 7p, 10h" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -1,7 +1,8 @@
-"""Patches 0114's, 0116's and 0117's CUDA fusions without a GPU: `bench/device/fusion_on_cpu/check.sh` cuts
-each kernel and matcher out of the patched clover-fusion.cu and runs them on host threads against ggml's
-CPU backend, on test-backend-ops' graphs and on the tiny preset's real preview and fused pass with every
-tensor where the allocator put it. CI has no GPU, so this is the only place CI runs that code."""
+"""Patches 0114's, 0116's, 0117's and 0118's CUDA fusions without a GPU:
+`bench/device/fusion_on_cpu/check.sh` cuts each kernel and matcher out of the patched clover-fusion.cu and
+runs them on host threads against ggml's CPU backend, on test-backend-ops' graphs and on the tiny preset's
+real preview and fused pass with every tensor where the allocator put it. CI has no GPU, so this is the only
+place CI runs that code."""
 
 from __future__ import annotations
 
@@ -21,9 +22,15 @@ def check_output() -> str:
 
 def test_kernels_match_the_cpu_on_the_test_cases(check_output):
     # the coreset's cases (its rows' kernel picking candidates with Ampere's warp reductions, then with
-    # shuffles), the conv's, the block softmax's: each program ends with its count
+    # shuffles), the conv's, the block softmax's, the head's: each program ends with its count
     summary = summaries(check_output)
-    assert len(summary) == 4 and all(n > 0 and f == 0 for n, f in summary), check_output
+    assert len(summary) == 5 and all(n > 0 and f == 0 for n, f in summary), check_output
+
+
+def test_the_head_takes_the_model_s_vocabulary_and_a_row_count_past_a_ctas_rows(check_output):
+    # 248320 tokens in chunks of 1940 (the 35B-A3B's head); 130 rows: the rows' kernel's last CTA is partial
+    for case in ("n_vocab=248320,n_rows=8,chunk=1940", "n_vocab=1024,n_rows=130,chunk=512"):
+        assert f"{case}: the construction's 29 nodes from node 3; 0 of" in check_output, check_output
 
 
 def test_the_block_softmax_takes_the_whole_construction_at_the_model_s_sizes(check_output):
@@ -41,6 +48,12 @@ def test_kernels_match_the_cpu_on_a_real_preview_with_its_allocation(check_outpu
         "3 conv constructions and 3 block softmaxes (3 expected of each), 4 coresets (4 expected), 0 failed"
     )
     assert check_output.count(found) == 2, check_output
+    # the head after the preview's 32 rows and after the fused pass's 64 (its causal rows and its block)
+    for rows in (32, 64):
+        found_head = rf"\(512 tokens, {rows} rows, chunks of 256\): 0 tokens differ"
+        head = r"head: result_token_prob, 30 nodes from node \d+ " + found_head
+        assert re.search(head, check_output), check_output
+    assert check_output.count("1 heads (1 expected)") == 2, check_output
     conv = "conv: conv_output_silu-0, 8 nodes from node 10 (128 channels, 32 rows, output staged)"
     assert conv in check_output, check_output
     # the block softmax's output gets the conv output's memory too; in the preview its state is gathered

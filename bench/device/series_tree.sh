@@ -1,4 +1,4 @@
-# Sourced by the host checks (fusion_on_cpu/check.sh, streams_on_cpu/check.sh, experiments/*_on_cpu.sh): the repo root
+# Sourced by the host checks (fusion_on_cpu/check.sh, streams_on_cpu/check.sh, narrow_on_cpu/check.sh): the repo root
 # as the working folder, PY (default the venv's python), T a scratch folder removed on exit, and series_tree
 # [EXTRA.patch...], which prints the vendor llama.cpp tree of the series (and the extra patches, applied after it)
 # prepared in $T by patches/build.py.

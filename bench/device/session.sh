@@ -34,27 +34,14 @@
 #                                    # run.sh's sweep: the passes without the loop simulations), e.g. SWEEP="x:VAR=1
 #                                    # b:CLOVER_SWEEP_REPEAT=2 xb:VAR=1,CLOVER_SWEEP_REPEAT=2" (b: the default in a
 #                                    # process of its own, the drift between processes; nothing reads that variable)
-#   bash bench/device/session.sh 7   # experiments 0118 (the router, F32 MUL_MAT of 17-64 columns, in one kernel;
-#                                    # GGML_CUDA_MMF_NARROW=0: cuBLAS), 0119 (the coreset's keep kernel with one round
-#                                    # trip and a warp sort; GGML_CUDA_CLOVER_CORESET_KEEP=1: 0117's) and 0120 (the head's
-#                                    # token and probability in two kernels; GGML_CUDA_CLOVER_HEAD=0: the ops), written
-#                                    # 2026-12-05 and not yet run on a GPU; carry from `prepare_experiment.sh
-#                                    # bench/device/experiments/011[89]-*.patch bench/device/experiments/0120-*.patch`:
-#                                    # the F32 MUL_MAT_SMALL, MOE_CORESET and CLOVER_HEAD cases against the CPU, the
-#                                    # router's and the head's cases per op with and without their experiment, the dense
-#                                    # projections merged and apart (MERGED), then `clover verify` on the GPU (about 420 s)
-#   bash bench/device/session.sh 7h  # call 7 again without `clover verify`, which passed: the CLOVER_HEAD cases against the
-#                                    # CPU once their initialization was fixed, and the per-op timings (about 250 s)
-#   bash bench/device/session.sh 8   # the same carry at 40 layers: the series' passes and a sweep with each of the three
-#                                    # switches and a B run (about 500 s)
 #   bash bench/device/session.sh 9   # the narrow kernel's knobs on the dense Q6_K projections at 32 columns (DENSE32),
 #                                    # per op: one CTA per SM (its activations staged once for two row blocks), K splits
 #                                    # of 2 and 8, int8 from 2048 rows (the output projection), MMQ (about 300 s; any
 #                                    # carry of the series)
 #   bash bench/device/session.sh 10  # Nsight Compute (stalls.sh, with each kernel's source page) of a GDN layer's block
 #                                    # softmax at the model's size, the z and qkv projections at 32 columns (z also with one
-#                                    # CTA per SM) and, with 0120's carry, the head's chunks kernel: where their time goes
-#                                    # (about 300 s)
+#                                    # CTA per SM) and patch 0118's head chunks kernel: where their time goes (about
+#                                    # 120 s)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -65,15 +52,15 @@
 # 2026-12-06 04:23-04:54 UTC ran calls 11 (experiments 0118-0122: the dense cases and CLOVER_HEAD against the CPU, then
 # 40 layers with a sweep) and 12 (the same checks, then per op), as commit 7567a59 has them; 0121 (dense matmuls in K
 # slices) lost per op and was dropped with 0122, which was built on it.
+# 2026-12-06 06:13-06:42 UTC ran calls 8 (0118-0120 at 40 layers, one switch a process), 10, 9, 7p (per op; test-backend-ops
+# perf times only a case's last op) and 10h (Nsight of 0118-0120's kernels under each switch), as commit 2bed542 has
+# them; experiment 0120 became patch 0118, experiments 0118 and 0119 were dropped (their patches are at 2bed542 too).
 set -u
-call=${1:?which call: 1-10, 7h}
+call=${1:?which call: 1-6, 9, 10}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
 ID_PERF='type_a=(q4_K|q6_K),type_b=f32,n_mats=256,n_used=8,b=[0-9a-z]+,m=[0-9]+,n=(16|32|64),'
-# a GDN layer's projections (qkv 8192, z 4096 rows; merged 12288) and an attention layer's (q 8192, k and v 512;
-# merged 9216) at one and 32 columns: whether one matrix would cost less than its parts
-MERGED='type_a=(q4_K|q6_K),.*m=(12288|9216|8192|4096|512),n=(1|32),k=2048,'
 # the dense Q6_K projections at 32 columns (a GDN layer's qkv, z and output, the output head, merged shapes)
 DENSE32='type_a=q6_K,.*m=(248320|12288|9216|8192|4096|2048),n=32,k=(2048|4096),'
 # the experts (MUL_MAT_ID_SMALL, _GLU) against the CPU in the modes $1, then their perf cases at 16-64
@@ -107,26 +94,6 @@ case $call in
        PYTHONPATH="$W/site:$W/pure:$W/pylink:$PWD" python3 bench/device/same_logits.py "$W/clover-8-q4_k_m.gguf" "$SAME" \
          --rows 32,64 2>&1 | tail -3 | tee "$OUT/same_logits.txt"
      fi ;;
-  7) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=default \
-       EVAL_OPS=MUL_MAT_SMALL,MOE_CORESET,CLOVER_HEAD EVAL_FILTER="type_a=f32|n_expert|n_vocab" \
-       PERF_OPS=MUL_MAT_SMALL,CLOVER_HEAD PERF_FILTER="type_a=f32,.*m=256,n=(16|32|64),k=2048,|n_vocab|$MERGED" \
-       MODES="default mfn0 head0" MODE_mfn0=GGML_CUDA_MMF_NARROW=0 MODE_head0=GGML_CUDA_CLOVER_HEAD=0 PERF_S=45 \
-       BUDGET_S=270 bash bench/device/run.sh > /dev/null 2>&1
-     grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
-     mkdir -p "$OUT/parity"; OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny PARITY_QUANTS=f32,q4_k_m BUDGET_S=110 \
-       bash bench/device/run.sh > /dev/null 2>&1
-     grep -h "verify tiny" "$OUT/parity/run.log" ;;
-  7h) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=default EVAL_OPS=CLOVER_HEAD \
-       PERF_OPS=MUL_MAT_SMALL,CLOVER_HEAD PERF_FILTER="type_a=f32,.*m=256,n=(16|32|64),k=2048,|n_vocab|$MERGED" \
-       MODES="default mfn0 head0" MODE_mfn0=GGML_CUDA_MMF_NARROW=0 MODE_head0=GGML_CUDA_CLOVER_HEAD=0 PERF_S=40 \
-       BUDGET_S=${BUDGET_S:-250} bash bench/device/run.sh > /dev/null 2>&1
-     grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log ;;
-  7p) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=perf PERF_OPS=MUL_MAT_SMALL,CLOVER_HEAD,MOE_CORESET \
-       PERF_FILTER="type_a=f32,.*m=256,n=(16|32|64),k=2048,|n_vocab|n_expert=256,n_rows=(32|64)," \
-       MODES="default mfn0 head0 keep1" MODE_mfn0=GGML_CUDA_MMF_NARROW=0 MODE_head0=GGML_CUDA_CLOVER_HEAD=0 \
-       MODE_keep1=GGML_CUDA_CLOVER_CORESET_KEEP=1 PERF_S=40 BUDGET_S=${BUDGET_S:-200} bash bench/device/run.sh ;;
-  8) SWEEP="mfn0:GGML_CUDA_MMF_NARROW=0 keep1:GGML_CUDA_CLOVER_CORESET_KEEP=1 head0:GGML_CUDA_CLOVER_HEAD=0 b:CLOVER_SWEEP_REPEAT=2" \
-       LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
   9) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=perf PERF_OPS=MUL_MAT_SMALL PERF_FILTER="$DENSE32" \
        MODES="default cta1 kw2 kw8 i8r2k nonarrow" MODE_cta1=GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1 \
        MODE_kw2=GGML_CUDA_MMQ_NARROW_KW=2 MODE_kw8=GGML_CUDA_MMQ_NARROW_KW=8 \
@@ -139,15 +106,7 @@ z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K
 qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
 head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
-  10h) CASES="
-head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
-head-248320-n32-ops|GGML_CUDA_CLOVER_HEAD=0|CLOVER_HEAD|n_vocab=248320,n_rows=32,
-coreset-32|-|MOE_CORESET|n_expert=256,n_rows=32,k=8,top_p=0.900000,size=32
-coreset-32-keep1|GGML_CUDA_CLOVER_CORESET_KEEP=1|MOE_CORESET|n_expert=256,n_rows=32,k=8,top_p=0.900000,size=32
-router-n32|-|MUL_MAT_SMALL|type_a=f32,.*m=256,n=32,k=2048,
-router-n32-cublas|GGML_CUDA_MMF_NARROW=0|MUL_MAT_SMALL|type_a=f32,.*m=256,n=32,k=2048,
-" SOURCE= bash bench/device/stalls.sh ;;
-  *) echo "call 1-10, 7h, 7p, 10h" >&2; exit 2 ;;
+  *) echo "call 1-6, 9, 10" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Patches 0114's, 0116's and 0117's CUDA fusions (clover-fusion.cu), and experiment 0120's, checked on a machine
+# Patches 0114's, 0116's, 0117's and 0118's CUDA fusions (clover-fusion.cu), checked on a machine
 # without a GPU: each kernel's own source, cut out of the patched tree, runs on host threads (cuda_on_host.h) against
 # ggml's CPU backend (the venv's llama_cpp libraries, the patched tree's headers), on the graphs of test-backend-ops'
 # cases for them (kernels-test-cases.patch); the matchers, cut out the same way, must find each construction there,
@@ -10,8 +10,8 @@
 #   conv:    preview_conv_on_cpu.cpp, the GDN conv with its right taps on PREVIEW_CONV graphs (NMSE below 1e-12);
 #   softmax: block_softmax_on_cpu.cpp, patch 0116's GDN block softmax with its history slot on BLOCK_SOFTMAX_HISTORY
 #            graphs (NMSE below 1e-10);
-#   head:    head_on_cpu.cpp, experiment 0120's head (each row's argmax token and its probability) on CLOVER_HEAD
-#            graphs (tokens equal, probabilities within 1e-5), where the tree has it (TREE=; `all` runs it there);
+#   head:    head_on_cpu.cpp, patch 0118's head (each row's argmax token and its probability) on CLOVER_HEAD graphs
+#            (tokens equal, probabilities within 1e-5);
 #   real:    real_graph.cpp / .py, all of them on the tiny preset's real preview and fused pass, recorded node by node
 #            by the venv's CPU engine, with the inputs and outputs where its allocator put them (REAL_LIB: another CPU
 #            build's library folder, default the venv's).
@@ -63,18 +63,12 @@ grep -q ggml_cuda_preview_conv_match "$T/preview_conv-struct.inc" && grep -q pre
       "$C/clover-fusion.cu"; } > "$T/block_softmax.inc"
 grep -q ggml_cuda_match_block_softmax "$T/block_softmax.inc" && grep -q block_softmax_history_f32 "$T/block_softmax.inc" ||
     cut_failed "the block softmax's matcher or kernel"
-# experiment 0120's head (matcher and kernels), where the tree has it (TREE=, or the series once it lands)
-HEAD_FLAGS=()
-if grep -q '^bool ggml_cuda_match_clover_head(' "$C/clover-fusion.cu"; then
-  { sed -n "/^struct ggml_cuda_clover_head_match {/,/^};/p" "$C/clover-fusion.cuh"
-    sed -n "/^\/\/ ---- a pass's head/,/^void ggml_cuda_op_clover_head(/{/^void ggml_cuda_op_clover_head(/!p}" \
-        "$C/clover-fusion.cu"; } > "$T/head.inc"
-  grep -q ggml_cuda_match_clover_head "$T/head.inc" && grep -q clover_head_rows_f32 "$T/head.inc" ||
-      cut_failed "the head's matcher or kernels"
-  HEAD_FLAGS=(-DCLOVER_HEAD)
-elif [ "$WHICH" = head ]; then
-  echo "the tree has no head fusion (experiment 0120): give TREE= a tree with it" >&2; exit 2
-fi
+# patch 0118's head (matcher and kernels)
+{ sed -n "/^struct ggml_cuda_clover_head_match {/,/^};/p" "$C/clover-fusion.cuh"
+  sed -n "/^\/\/ ---- a pass's head/,/^void ggml_cuda_op_clover_head(/{/^void ggml_cuda_op_clover_head(/!p}" \
+      "$C/clover-fusion.cu"; } > "$T/head.inc"
+grep -q ggml_cuda_match_clover_head "$T/head.inc" && grep -q clover_head_rows_f32 "$T/head.inc" ||
+    cut_failed "the head's matcher or kernels"
 rc=0
 if [ "$WHICH" = all ] || [ "$WHICH" = coreset ]; then
   # Ampere's path (warp reductions) and the one before it (shuffles)
@@ -87,13 +81,13 @@ fi
 if [ "$WHICH" = all ] || [ "$WHICH" = softmax ]; then
   compile_and_run "$E/block_softmax_on_cpu.cpp" || rc=1
 fi
-if [ ${#HEAD_FLAGS[@]} -gt 0 ] && { [ "$WHICH" = all ] || [ "$WHICH" = head ]; }; then
+if [ "$WHICH" = all ] || [ "$WHICH" = head ]; then
   compile_and_run "$E/head_on_cpu.cpp" || rc=1
 fi
 if [ "$WHICH" = all ] || [ "$WHICH" = real ]; then
   # the matchers and kernels on the tiny preset's real passes, in a CPU engine whose ggml the check shares
   REAL_LIB=${REAL_LIB:-$LIB}
-  g++ -std=c++20 -O1 -w -shared -fPIC -DMOE_CORESET_REDUX "${HEAD_FLAGS[@]}" -I"$T" -I"$E" -I"$V/ggml/include" -I"$V/ggml/src" "$E/real_graph.cpp" \
+  g++ -std=c++20 -O1 -w -shared -fPIC -DMOE_CORESET_REDUX -I"$T" -I"$E" -I"$V/ggml/include" -I"$V/ggml/src" "$E/real_graph.cpp" \
       -L"$REAL_LIB" -lggml-base -Wl,-rpath,"$REAL_LIB" -pthread -o "$T/real_graph.so"
   LLAMA_CPP_LIB_PATH=$REAL_LIB "$PY" "$E/real_graph.py" "$T/real_graph.so" || rc=1
 fi

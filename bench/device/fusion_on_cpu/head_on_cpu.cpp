@@ -1,4 +1,4 @@
-// Experiment 0120's head (its matcher and two kernels) checked without a GPU. The source, cut out of the patched
+// Patch 0118's head (its matcher and two kernels) checked without a GPU. The source, cut out of the patched
 // clover-fusion.cu by check.sh, runs on host threads (cuda_on_host.h) on the graphs of test-backend-ops' CLOVER_HEAD
 // cases (kernels-test-cases.patch: the construction as clover-moe builds it at temperature 0), computed by ggml's CPU
 // backend: the matcher must find the whole construction with the graph's two outputs, every token must equal the

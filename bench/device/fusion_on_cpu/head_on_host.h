@@ -1,4 +1,4 @@
-// Experiment 0120's head kernels (head.inc, cut out by check.sh) launched on host threads as ggml_cuda_op_clover_head
+// Patch 0118's head kernels (head.inc, cut out by check.sh) launched on host threads as ggml_cuda_op_clover_head
 // launches them on the GPU: the chunks' kernel, then the rows' kernel over its partials.
 #pragma once
 

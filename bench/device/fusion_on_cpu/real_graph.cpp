@@ -1,5 +1,4 @@
-// Patches 0114's, 0116's and 0117's matchers and kernels (and experiment 0120's, compiled with CLOVER_HEAD where the
-// tree has it) on a real pass's graph, without a GPU: a shared library that
+// Patches 0114's, 0116's, 0117's and 0118's matchers and kernels on a real pass's graph, without a GPU: a shared library that
 // check.sh's `real` check loads into a CPU engine (real_graph.py) as llama's eval callback. The callback keeps every
 // node of the pass in order with a copy of its data as computed; afterwards rg_check builds the graph's node list and
 // use counts, asks the matchers at each node as ggml_cuda_try_fuse does, and runs each matched construction's kernel on
@@ -19,12 +18,10 @@
 #include "preview_conv-struct.inc"
 #include "preview_conv.inc"
 #include "block_softmax.inc"
-#ifdef CLOVER_HEAD
 #include <climits>
 
 #include "head.inc"
 #include "head_on_host.h"
-#endif
 
 static std::vector<ggml_tensor *>                              g_nodes;
 static std::unordered_map<const ggml_tensor *, std::vector<char>> g_data; // a node's bytes just after it was computed
@@ -140,8 +137,7 @@ static bool check_block_softmax(int i, const ggml_cuda_block_softmax_match & m) 
     return bad == 0;
 }
 
-#ifdef CLOVER_HEAD
-// experiment 0120's head at node i: whether its kernels' tokens are the CPU's, and their probabilities within 1e-5
+// patch 0118's head at node i: whether its kernels' tokens are the CPU's, and their probabilities within 1e-5
 static bool check_head(int i, const ggml_cuda_clover_head_match & m) {
     const int            n_rows  = (int) ggml_nelements(m.prob);
     const int64_t        n_vocab = ggml_nelements(m.logits) / n_rows;
@@ -156,12 +152,10 @@ static bool check_head(int i, const ggml_cuda_clover_head_match & m) {
            m.prob->name, m.node_count, i, (long long) n_vocab, n_rows, m.chunk, c.tokens_differ, c.prob_rel, ok ? "" : "  FAIL");
     return ok;
 }
-#endif
 
 // the matchers over the recorded pass as ggml_cuda_try_fuse asks them; prints each construction found and how its
 // kernel's output compares. Returns the number of failures, or -1 when the matchers did not find as many constructions
-// as expected (n_conv: convs and block softmaxes, one of each a GDN layer; n_coreset: coresets; n_head: heads, where
-// the tree has experiment 0120's)
+// as expected (n_conv: convs and block softmaxes, one of each a GDN layer; n_coreset: coresets; n_head: heads)
 extern "C" int rg_check(int n_conv, int n_coreset, int n_head) {
     const int      n      = (int) g_nodes.size();
     ggml_init_params params = { ggml_graph_overhead_custom(2 * n + 16, false), nullptr, true };
@@ -182,9 +176,6 @@ extern "C" int rg_check(int n_conv, int n_coreset, int n_head) {
     // at each node the evaluation computes (it skips views) the matchers in ggml_cuda_try_fuse's order; the first
     // construction found stands for its nodes
     int failed = 0, found_conv = 0, found_coreset = 0, found_block_softmax = 0, found_head = 0;
-#ifndef CLOVER_HEAD
-    n_head = 0;
-#endif
     for (int i = 0; i < n; i++) {
         if (ggml_op_is_empty(gf->nodes[i]->op)) {
             continue;
@@ -205,19 +196,15 @@ extern "C" int rg_check(int n_conv, int n_coreset, int n_head) {
             failed += !check_block_softmax(i, bs);
             i += bs.node_count - 1;
         }
-#ifdef CLOVER_HEAD
         ggml_cuda_clover_head_match hd;
         if (ggml_cuda_match_clover_head(gf, i, hd)) {
             found_head++;
             failed += !check_head(i, hd);
             i += hd.node_count - 1;
         }
-#endif
     }
     ggml_free(ctx);
-    if (n_head > 0) {
-        printf("%d heads (%d expected)\n", found_head, n_head);
-    }
+    printf("%d heads (%d expected)\n", found_head, n_head);
     printf("%d nodes: %d conv constructions and %d block softmaxes (%d expected of each), %d coresets (%d expected), %d "
            "failed\n",
            n, found_conv, found_block_softmax, n_conv, found_coreset, n_coreset, failed);

@@ -1,5 +1,5 @@
-"""Patches 0114's, 0116's and 0117's matchers and kernels (and experiment 0120's, where the tree has
-it) on the tiny preset's real passes, without a GPU (check.sh `real`).
+"""Patches 0114's, 0116's, 0117's and 0118's matchers and kernels on the tiny preset's real passes,
+without a GPU (check.sh `real`).
 
     [LLAMA_CPP_LIB_PATH=<a CPU build of the series>] python real_graph.py LIBRARY
 
@@ -18,7 +18,7 @@ import sys
 from clover_local.testing.recorded_passes import recorded_passes
 
 GDN_LAYERS, MOE_LAYERS = 3, 4  # the tiny preset: 4 layers, every 4th full attention, all MoE
-HEADS = 1  # a pass's head (counted where the tree has experiment 0120's)
+HEADS = 1  # a pass's head
 
 
 def main(library: str) -> int:

@@ -36,12 +36,18 @@
 #                                    # process of its own, the drift between processes; nothing reads that variable)
 #   bash bench/device/session.sh 9   # the narrow kernel's knobs on the dense Q6_K projections at 32 columns (DENSE32),
 #                                    # per op: one CTA per SM (its activations staged once for two row blocks), K splits
-#                                    # of 2 and 8, int8 from 2048 rows (the output projection), MMQ (about 300 s; any
-#                                    # carry of the series)
+#                                    # of 2 and 8, int8 from 2048 rows (the output projection), MMQ (about 120 s; any
+#                                    # carry of the series); MODES9 picks others: h32 (halves to 32 columns), h32kw8,
+#                                    # q81 (int8 with q8_1's scales per 32 values), ft0 (column tiles counted at run time)
 #   bash bench/device/session.sh 10  # Nsight Compute (stalls.sh, with each kernel's source page) of a GDN layer's block
 #                                    # softmax at the model's size, the z and qkv projections at 32 columns (z also with one
 #                                    # CTA per SM) and patch 0118's head chunks kernel: where their time goes (about
 #                                    # 120 s)
+#   bash bench/device/session.sh 11  # experiment 0119 (dense 17-32 columns in halves below 65536 rows; carry from
+#                                    # `prepare_experiment.sh bench/device/experiments/0119-*.patch`): the dense cases per
+#                                    # op in its ranges and the old ones (`old`), then 8-layer CUPTI traces of the preview
+#                                    # and the coreset-8 preview in each (about 300 s); the per-op gain is about 2 us a
+#                                    # GDN layer, under a 40-layer sweep's drift
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -56,7 +62,7 @@
 # perf times only a case's last op) and 10h (Nsight of 0118-0120's kernels under each switch), as commit 2bed542 has
 # them; experiment 0120 became patch 0118, experiments 0118 and 0119 were dropped (their patches are at 2bed542 too).
 set -u
-call=${1:?which call: 1-6, 9, 10}
+call=${1:?which call: 1-6, 9-11}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -95,9 +101,11 @@ case $call in
          --rows 32,64 2>&1 | tail -3 | tee "$OUT/same_logits.txt"
      fi ;;
   9) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=perf PERF_OPS=MUL_MAT_SMALL PERF_FILTER="$DENSE32" \
-       MODES="default cta1 kw2 kw8 i8r2k nonarrow" MODE_cta1=GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1 \
+       MODES="${MODES9:-default cta1 kw2 kw8 i8r2k nonarrow}" MODE_cta1=GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1 \
        MODE_kw2=GGML_CUDA_MMQ_NARROW_KW=2 MODE_kw8=GGML_CUDA_MMQ_NARROW_KW=8 \
-       MODE_i8r2k=GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=2048 MODE_nonarrow=GGML_CUDA_MMQ_NARROW=0 PERF_S=40 \
+       MODE_i8r2k=GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=2048 MODE_nonarrow=GGML_CUDA_MMQ_NARROW=0 \
+       MODE_h32=GGML_CUDA_MMQ_NARROW_DENSE_MAX=32 MODE_h32kw8="GGML_CUDA_MMQ_NARROW_DENSE_MAX=32 GGML_CUDA_MMQ_NARROW_KW=8" \
+       MODE_q81=GGML_CUDA_MMQ_NARROW_Q8K=0 MODE_ft0=GGML_CUDA_MMQ_NARROW_FULL_TILES=0 PERF_S=40 \
        BUDGET_S=${BUDGET_S:-330} bash bench/device/run.sh ;;
   10) CASES="
 bs-model|-|BLOCK_SOFTMAX_HISTORY|d_k=128,d_v=128,n=32,h_k=16,h_v=32,gathered_state=1
@@ -106,7 +114,14 @@ z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K
 qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
 head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
-  *) echo "call 1-6, 9, 10" >&2; exit 2 ;;
+  11) OLD="GGML_CUDA_MMQ_NARROW_DENSE_MAX=16 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=4096"
+      OUT=$OUT/ops STAGES=build,ops OPS_STAGES=perf PERF_OPS=MUL_MAT_SMALL PERF_FILTER="$DENSE32" MODES="default old" \
+        MODE_old="$OLD" PERF_S=40 BUDGET_S=120 bash bench/device/run.sh > /dev/null 2>&1
+      export LAYERS=8 TRACE_REPS=3 TRACE_PASSES="preview preview-c8"
+      OUT=$OUT/trace STAGES=build,gen,convert,trace BUDGET_S=200 bash bench/device/run.sh > /dev/null 2>&1
+      env $OLD OUT=$OUT/trace-old STAGES=build,trace BUDGET_S=60 bash bench/device/run.sh > /dev/null 2>&1
+      tail -12 "$OUT/ops/run.log"; grep -h "trace" "$OUT"/trace*/run.log ;;
+  *) echo "call 1-6, 9-11" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -1,9 +1,9 @@
-// Patches 0114's, 0116's, 0117's and 0118's matchers and kernels on a real pass's graph, without a GPU: a shared library that
-// check.sh's `real` check loads into a CPU engine (real_graph.py) as llama's eval callback. The callback keeps every
-// node of the pass in order with a copy of its data as computed; afterwards rg_check builds the graph's node list and
-// use counts, asks the matchers at each node as ggml_cuda_try_fuse does, and runs each matched construction's kernel on
-// host threads (cuda_on_host.h) over the copies of its inputs, placed as the allocator placed them, against the copy of
-// the node the construction ends in (which the CPU computed node by node).
+// Patches 0114's, 0116's, 0117's and 0118's matchers and kernels on a real pass's graph, without a GPU: a shared
+// library that check.sh's `real` check loads into a CPU engine (real_graph.py) as llama's eval callback. The callback
+// keeps every node of the pass in order with a copy of its data as computed; afterwards rg_check builds the graph's
+// node list and use counts, asks the matchers at each node as ggml_cuda_try_fuse does, and runs each matched
+// construction's kernel on host threads (cuda_on_host.h) over the copies of its inputs, placed as the allocator placed
+// them, against the copy of the node the construction ends in (which the CPU computed node by node).
 #include "ggml-impl.h"
 
 #include <cstring>

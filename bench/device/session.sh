@@ -43,13 +43,15 @@
 #                                    # softmax at the model's size, the z and qkv projections at 32 columns (z also with one
 #                                    # CTA per SM) and patch 0118's head chunks kernel: where their time goes (about
 #                                    # 120 s)
-#   bash bench/device/session.sh 11  # experiment 0119 (dense 17-32 columns in halves below 65536 rows; carry from
-#                                    # `prepare_experiment.sh bench/device/experiments/0119-*.patch`): the dense cases and
-#                                    # the experts per op in its ranges, the old ones (`old`) and halves everywhere
-#                                    # (`f16all`: the experts too, which run int8 at 17-64 tokens), then 8-layer CUPTI
-#                                    # traces of the preview and the coreset-8 preview in its ranges and the old ones
-#                                    # (about 330 s); the per-op gain is about 2 us a GDN layer, under a 40-layer sweep's
-#                                    # drift
+#   bash bench/device/session.sh 11  # experiments 0119 (dense 17-32 columns in halves below 65536 rows) and 0120 (the
+#                                    # block softmax in 16 warps a CTA), carry from `prepare_experiment.sh
+#                                    # bench/device/experiments/0119-*.patch bench/device/experiments/0120-*.patch`: the
+#                                    # dense Q4_K / Q6_K and block softmax cases against the CPU, the dense cases and the
+#                                    # experts per op in 0119's ranges, the old ones (`old`) and halves
+#                                    # everywhere (`f16all`: the experts too, which run int8 at 17-64 tokens), then 8-layer
+#                                    # CUPTI traces of the preview and the coreset-8 preview with both and with neither
+#                                    # (`old`; about 520 s). Each is worth 1-2 % of a preview, under a 40-layer sweep's
+#                                    # drift: the traces' kernel times decide
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -116,13 +118,15 @@ z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K
 qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
 head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
-  11) OLD="GGML_CUDA_MMQ_NARROW_DENSE_MAX=16 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=4096"
-      OUT=$OUT/ops STAGES=build,ops OPS_STAGES=perf PERF_OPS=MUL_MAT_SMALL,MUL_MAT_ID_SMALL \
+  11) OLD="GGML_CUDA_MMQ_NARROW_DENSE_MAX=16 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=4096 GGML_CUDA_CLOVER_BLOCK_SOFTMAX_WARPS=8"
+      OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=default \
+        EVAL_OPS=MUL_MAT_SMALL,BLOCK_SOFTMAX_HISTORY EVAL_FILTER="type_a=(q4_K|q6_K)|d_k" PERF_OPS=MUL_MAT_SMALL,MUL_MAT_ID_SMALL \
         PERF_FILTER="$DENSE32|$ID_PERF" MODES="default old f16all" MODE_old="$OLD" MODE_f16all=GGML_CUDA_MMQ_NARROW_F16=2 \
-        PERF_S=40 BUDGET_S=150 bash bench/device/run.sh > /dev/null 2>&1
+        PERF_S=35 BUDGET_S=170 bash bench/device/run.sh > /dev/null 2>&1
+      grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
       export LAYERS=8 TRACE_REPS=3 TRACE_PASSES="preview preview-c8"
-      OUT=$OUT/trace STAGES=build,gen,convert,trace BUDGET_S=200 bash bench/device/run.sh > /dev/null 2>&1
-      env $OLD OUT=$OUT/trace-old STAGES=build,trace BUDGET_S=60 bash bench/device/run.sh > /dev/null 2>&1
+      OUT=$OUT/trace STAGES=build,gen,convert,trace BUDGET_S=240 bash bench/device/run.sh > /dev/null 2>&1
+      env $OLD OUT=$OUT/trace-old STAGES=build,trace BUDGET_S=90 bash bench/device/run.sh > /dev/null 2>&1
       tail -12 "$OUT/ops/run.log"; grep -h "trace" "$OUT"/trace*/run.log ;;
   *) echo "call 1-6, 9-11" >&2; exit 2 ;;
 esac

@@ -50,7 +50,7 @@
 #                                    # experts per op in 0119's ranges, the old ones (`old`) and halves
 #                                    # everywhere (`f16all`: the experts too, which run int8 at 17-64 tokens), then 8-layer
 #                                    # CUPTI traces of the preview and the coreset-8 preview with both and with neither
-#                                    # (`old`; about 520 s). Each is worth 1-2 % of a preview, under a 40-layer sweep's
+#                                    # (`old`; about 540 s). Each is worth 1-2 % of a preview, under a 40-layer sweep's
 #                                    # drift: the traces' kernel times decide
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
@@ -122,7 +122,7 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
       OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=default \
         EVAL_OPS=MUL_MAT_SMALL,BLOCK_SOFTMAX_HISTORY EVAL_FILTER="type_a=(q4_K|q6_K)|d_k" PERF_OPS=MUL_MAT_SMALL,MUL_MAT_ID_SMALL \
         PERF_FILTER="$DENSE32|$ID_PERF" MODES="default old f16all" MODE_old="$OLD" MODE_f16all=GGML_CUDA_MMQ_NARROW_F16=2 \
-        PERF_S=35 BUDGET_S=170 bash bench/device/run.sh > /dev/null 2>&1
+        PERF_S=35 BUDGET_S=190 bash bench/device/run.sh > /dev/null 2>&1
       grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
       export LAYERS=8 TRACE_REPS=3 TRACE_PASSES="preview preview-c8"
       OUT=$OUT/trace STAGES=build,gen,convert,trace BUDGET_S=240 bash bench/device/run.sh > /dev/null 2>&1

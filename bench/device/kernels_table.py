@@ -89,12 +89,15 @@ def byte_floor_us(op: str, v: dict[str, str]) -> float | None:
     return matrices * touched * m * k * bpw / HBM_BYTES_PER_S * 1e6
 
 
-def read_log(path: Path) -> dict[str, dict]:
-    """Cases of one test-backend-ops log: name -> {'ok': bool} (test) or {'us': float} (perf)."""
+def log_text(path: Path) -> str:
+    """A test-backend-ops log without its colours ("" where there is none)."""
+    return ANSI.sub("", path.read_text(errors="replace")) if path.is_file() else ""
+
+
+def read_log(text: str) -> dict[str, dict]:
+    """Cases of one test-backend-ops log's text: name -> {'ok': bool} (test) or {'us': float} (perf)."""
     cases: dict[str, dict] = {}
-    if not path.is_file():
-        return cases
-    for line in ANSI.sub("", path.read_text(errors="replace")).splitlines():
+    for line in text.splitlines():
         m = CASE.match(line)
         if not m:
             continue
@@ -215,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         name = log.stem.removeprefix("tbo-")
         if name.endswith("-sanitizer"):
             continue
-        cases = read_log(log)
-        finished = bool(SUMMARY.search(ANSI.sub("", log.read_text(errors="replace"))))
+        text = log_text(log)
+        cases = read_log(text)
+        finished = bool(SUMMARY.search(text))
         if cases or not finished:  # an eval that matched no case is no check; one that died before any is
             failed = [c for c, r in cases.items() if not r["ok"]]
             checks[name] = {
@@ -227,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             }
 
     modes = run_modes(d)
-    perf = {mode: read_log(d / f"tbo-perf-{mode}.log") for mode in modes}
+    perf = {mode: read_log(log_text(d / f"tbo-perf-{mode}.log")) for mode in modes}
     names = list(dict.fromkeys(n for mode in modes for n in perf[mode]))
     rows = []
     for name in names:

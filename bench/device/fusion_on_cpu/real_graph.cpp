@@ -183,6 +183,7 @@ extern "C" int rg_check(int n_conv, int n_coreset, int n_head) {
         ggml_cuda_preview_conv_match  conv;
         ggml_cuda_moe_coreset_match   cs;
         ggml_cuda_block_softmax_match bs;
+        ggml_cuda_clover_head_match   hd;
         if (ggml_cuda_match_preview_conv(gf, i, conv)) {
             found_conv++;
             failed += !check_conv(i, conv);
@@ -195,9 +196,7 @@ extern "C" int rg_check(int n_conv, int n_coreset, int n_head) {
             found_block_softmax++;
             failed += !check_block_softmax(i, bs);
             i += bs.node_count - 1;
-        }
-        ggml_cuda_clover_head_match hd;
-        if (ggml_cuda_match_clover_head(gf, i, hd)) {
+        } else if (ggml_cuda_match_clover_head(gf, i, hd)) {
             found_head++;
             failed += !check_head(i, hd);
             i += hd.node_count - 1;

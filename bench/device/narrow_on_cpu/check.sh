@@ -2,8 +2,8 @@
 # Patch 0105's narrow MMQ kernel checked on a machine without a GPU: mmq-narrow.cu (its launch, the activations'
 # conversion, the kernel) and mmid.cu's ids helper, cut out of the patched tree, run on host threads
 # (../fusion_on_cpu/cuda_on_host.h and narrow_on_host.h: mma.sync, halves, cp.async emulated) against ggml's CPU backend
-# on MUL_MAT_SMALL and MUL_MAT_ID_SMALL graphs and the experts' gate, up and SwiGLU in one launch (narrow_on_cpu.cpp). Each settings line below is one run: the defaults (halves to 16 columns, int8 at 17-32 columns
-# from 4096 rows), every case on the halves, every case in int8, and int8 with q8_1's scales per 32 values and the
+# on MUL_MAT_SMALL and MUL_MAT_ID_SMALL graphs and the experts' gate, up and SwiGLU in one launch (narrow_on_cpu.cpp). Each settings line below is one run: the defaults (halves to 32 columns, int8 at 17-32 columns
+# from 65536 rows), every case on the halves, every case in int8, and int8 with q8_1's scales per 32 values and the
 # column tiles' count at run time. TREE=<a patched llama.cpp tree>: cut the kernel from it instead of the series' (an
 # experiment on the narrow kernel).
 #

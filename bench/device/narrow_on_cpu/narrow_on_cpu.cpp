@@ -76,8 +76,9 @@ static void check(ggml_context * ctx, ggml_tensor * out, const std::string & nam
 }
 
 int main() {
-    // rows x columns x K: halves at 9-16 columns, int8 at 17-32 (from 4096 rows by default), the ranges' edges, a short
-    // K, every type; a few hundred CTAs at most (each CUDA thread is a host thread)
+    // rows x columns x K: by default halves at 9-32 columns (int8 at 17-32 only from 65536 rows, more than any case here:
+    // check.sh's int8 settings put these cases there), the ranges' edges, a short K, every type; a few hundred CTAs at
+    // most (each CUDA thread is a host thread)
     struct dense_case {
         ggml_type type;
         int64_t   m, n, k;

@@ -43,11 +43,6 @@
 #                                    # softmax at the model's size, the z and qkv projections at 32 columns (z also with one
 #                                    # CTA per SM) and patch 0118's head chunks kernel: where their time goes (about
 #                                    # 120 s)
-#   bash bench/device/session.sh 11  # experiment 0121 (MUL_MAT_ID units of up to 4 row blocks), carry from
-#                                    # `prepare_experiment.sh bench/device/experiments/0121-*.patch`: the experts
-#                                    # (MUL_MAT_ID_SMALL, _GLU) against the CPU, per op with and without
-#                                    # (`g1`: GGML_CUDA_MMQ_NARROW_ID_RB_GROUP=1), then 8-layer CUPTI traces of the preview
-#                                    # and the fused pass both ways (about 330 s)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -64,9 +59,10 @@
 # 2026-12-06 09:03-09:21 UTC ran call 11 (experiments 0119 and 0120 against the CPU, per op, 8-layer traces with and
 # without), call 6 with SWEEP old / b / oldb / f16all, a check of the experts in halves everywhere with two more sweep runs,
 # and Nsight Compute of the experts' narrow kernel (stalls.sh), as commit 94b8e89 has call 11; both experiments became
-# patches 0119 and 0120.
+# patches 0119 and 0120. At 09:38-09:42 UTC a second call 11 checked experiment 0121 (MUL_MAT_ID units of up to 4 row
+# blocks) against the CPU and a call timed it per op; it was dropped (the patch and that call 11 are at commit 16d87b1).
 set -u
-call=${1:?which call: 1-6, 9-11}
+call=${1:?which call: 1-6, 9, 10}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -118,16 +114,7 @@ z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K
 qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
 head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
-  11) G1=GGML_CUDA_MMQ_NARROW_ID_RB_GROUP=1
-      OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=default \
-        EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" PERF_OPS=MUL_MAT_ID_SMALL \
-        PERF_FILTER="$ID_PERF" MODES="default g1" MODE_g1="$G1" PERF_S=25 BUDGET_S=170 bash bench/device/run.sh > /dev/null 2>&1
-      grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
-      export LAYERS=8 TRACE_REPS=3 TRACE_PASSES="preview fused"
-      OUT=$OUT/trace STAGES=build,gen,convert,trace BUDGET_S=170 bash bench/device/run.sh > /dev/null 2>&1
-      env $G1 OUT=$OUT/trace-g1 STAGES=build,trace BUDGET_S=60 bash bench/device/run.sh > /dev/null 2>&1
-      tail -18 "$OUT/ops/run.log"; grep -h "trace" "$OUT"/trace*/run.log ;;
-  *) echo "call 1-6, 9-11" >&2; exit 2 ;;
+  *) echo "call 1-6, 9, 10" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -8,8 +8,8 @@
 #            bit), compiled twice: the candidates picked with Ampere's warp reductions (the GPUs' path from sm_80) and
 #            with shuffles (before);
 #   conv:    preview_conv_on_cpu.cpp, the GDN conv with its right taps on PREVIEW_CONV graphs (NMSE below 1e-12);
-#   softmax: block_softmax_on_cpu.cpp, patch 0116's GDN block softmax with its history slot on BLOCK_SOFTMAX_HISTORY
-#            graphs (NMSE below 1e-10);
+#   softmax: block_softmax_on_cpu.cpp, patch 0116's GDN block softmax with its history slot (in 0120's 16 warps a CTA) on
+#            BLOCK_SOFTMAX_HISTORY graphs (NMSE below 1e-10);
 #   head:    head_on_cpu.cpp, patch 0118's head (each row's argmax token and its probability) on CLOVER_HEAD graphs
 #            (tokens equal, probabilities within 1e-5);
 #   real:    real_graph.cpp / .py, all of them on the tiny preset's real preview and fused pass, recorded node by node

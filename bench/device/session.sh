@@ -43,6 +43,13 @@
 #                                    # softmax at the model's size, the z and qkv projections at 32 columns (z also with one
 #                                    # CTA per SM) and patch 0118's head chunks kernel: where their time goes (about
 #                                    # 120 s)
+#   bash bench/device/session.sh 11  # experiment 0121's carry: the experts against the CPU in modes EVAL11 (default "dbuf
+#                                    # t8dbuf"), then per op in PERF_M (dbuf: the next step in registers, t8: 8-column tiles,
+#                                    # ti: an expert's tiles as units of their own, and their combinations), about 380 s
+#   bash bench/device/session.sh 12  # experiment 0121's carry at 40 layers: the series, then t8dbufti (its three switches),
+#                                    # the series and t8dbufti again, each a process of its own (BUDGET_S, default 560)
+#   bash bench/device/session.sh 13  # experiment 0121's carry: t8dbufti against the CPU, per op against the series, then
+#                                    # GPU `clover verify` (tiny preset, F32 and Q4_K_M) under its switches (about 350 s)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -61,8 +68,11 @@
 # and Nsight Compute of the experts' narrow kernel (stalls.sh), as commit 94b8e89 has call 11; both experiments became
 # patches 0119 and 0120. At 09:38-09:42 UTC a second call 11 checked experiment 0121 (MUL_MAT_ID units of up to 4 row
 # blocks) against the CPU and a call timed it per op; it was dropped (the patch and that call 11 are at commit 16d87b1).
+# 2026-12-06 11:48-11:54 UTC ran call 11 (experiment 0121's first form: the experts against the CPU in modes dbuf and t8dbuf,
+# then per op); calls 12 (40 layers, the series against t8dbufti in two processes each) and 13 (t8dbufti against the CPU,
+# per op, GPU `clover verify` under its switches) found no machine that session.
 set -u
-call=${1:?which call: 1-6, 9, 10}
+call=${1:?which call: 1-6, 9-13}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -114,7 +124,21 @@ z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K
 qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
 head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
-  *) echo "call 1-6, 9, 10" >&2; exit 2 ;;
+  11) export MODE_dbuf=GGML_CUDA_MMQ_NARROW_ID_DBUF=1 MODE_t8=GGML_CUDA_MMQ_NARROW_ID_TILE=8 \
+        MODE_t8dbuf="GGML_CUDA_MMQ_NARROW_ID_TILE=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1" MODE_ti=GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1 \
+        MODE_t8dbufti="GGML_CUDA_MMQ_NARROW_ID_TILE=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
+      experts_ops "${EVAL11:-dbuf t8dbuf}" "${PERF_M:-default dbuf t8 t8dbuf}" "${PERF_S:-25}" "${BUDGET_S:-540}" ;;
+  12) T8="GGML_CUDA_MMQ_NARROW_ID_TILE=8,GGML_CUDA_MMQ_NARROW_ID_DBUF=1,GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
+      SWEEP="t8dbufti:$T8 b:CLOVER_SWEEP_REPEAT=2 t8dbuftib:$T8,CLOVER_SWEEP_REPEAT=2" LAYERS=40 \
+        STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=${BUDGET_S:-560} bash bench/device/run.sh ;;
+  13) export MODE_t8dbufti="GGML_CUDA_MMQ_NARROW_ID_TILE=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
+      OUT=$OUT/ops-eval experts_ops t8dbufti "${PERF_M:-default t8dbufti}" "${PERF_S:-15}" 230 > /dev/null 2>&1
+      tail -22 "$OUT/ops-eval/run.log"; cp "$OUT/ops-eval/ops/kernels.json" "$OUT/" 2>/dev/null
+      mkdir -p "$OUT/parity"
+      env $MODE_t8dbufti OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny PARITY_QUANTS=f32,q4_k_m BUDGET_S=110 \
+        bash bench/device/run.sh > /dev/null 2>&1
+      grep -h "verify tiny" "$OUT/parity/run.log" ;;
+  *) echo "call 1-6, 9-13" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

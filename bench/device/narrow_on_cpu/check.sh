@@ -5,9 +5,11 @@
 # on MUL_MAT_SMALL and MUL_MAT_ID_SMALL graphs and the experts' gate, up and SwiGLU in one launch (narrow_on_cpu.cpp). Each settings line below is one run: the defaults (halves to 32 columns, int8 at 17-32 columns
 # from 65536 rows), every case on the halves, every case in int8, and int8 with q8_1's scales per 32 values and the
 # column tiles' count at run time. TREE=<a patched llama.cpp tree>: cut the kernel from it instead of the series' (an
-# experiment on the narrow kernel).
+# experiment on the narrow kernel). NARROW_SETTINGS=<lines of VAR=V ...>: run those settings instead (an experiment's switches).
 #
 #   bash bench/device/narrow_on_cpu/check.sh   (about 6 min on 2 cores; exit 1: a case failed)
+#   TREE=build/llama-dev/src/vendor/llama.cpp NARROW_SETTINGS=$'GGML_CUDA_MMQ_NARROW_ID_DBUF=1\nGGML_CUDA_MMQ_NARROW_ID_TILE=8' \
+#     bash bench/device/narrow_on_cpu/check.sh
 source "$(dirname "$0")/../series_tree.sh"
 E=bench/device/narrow_on_cpu
 if [ -n "${TREE:-}" ]; then
@@ -50,14 +52,16 @@ PYEOF
 LIB=$("$PY" -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / "lib")')
 g++ -std=c++20 -O1 -w -I"$T" -I"$E" -I"$ROOT/bench/device/fusion_on_cpu" -I"$V/ggml/include" -I"$V/ggml/src" \
     -I"$V/tests" "$E/narrow_on_cpu.cpp" -L"$LIB" -lggml-base -lggml -lggml-cpu -Wl,-rpath,"$LIB" -pthread -o "$T/check"
-rc=0
-while read -r settings; do
-  echo "-- ${settings:-defaults}"
-  env $settings "$T/check" || rc=1
-done <<'SETTINGS'
+DEFAULT_SETTINGS=$(cat <<'SETTINGS'
 
 GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16 GGML_CUDA_MMQ_NARROW_F16=2
 GGML_CUDA_MMQ_NARROW_DENSE_MAX=8 GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=16
 GGML_CUDA_MMQ_NARROW_DENSE_MAX=8 GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=16 GGML_CUDA_MMQ_NARROW_Q8K=0 GGML_CUDA_MMQ_NARROW_FULL_TILES=0
 SETTINGS
+)
+rc=0
+while read -r settings; do
+  echo "-- ${settings:-defaults}"
+  env $settings "$T/check" || rc=1
+done <<< "${NARROW_SETTINGS-$DEFAULT_SETTINGS}"
 exit $rc

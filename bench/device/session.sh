@@ -69,8 +69,8 @@
 # patches 0119 and 0120. At 09:38-09:42 UTC a second call 11 checked experiment 0121 (MUL_MAT_ID units of up to 4 row
 # blocks) against the CPU and a call timed it per op; it was dropped (the patch and that call 11 are at commit 16d87b1).
 # 2026-12-06 11:48-11:54 UTC ran call 11 (experiment 0121's first form: the experts against the CPU in modes dbuf and t8dbuf,
-# then per op); calls 12 (40 layers, the series against t8dbufti in two processes each) and 13 (t8dbufti against the CPU,
-# per op, GPU `clover verify` under its switches) found no machine that session.
+# then per op) and 13:09 call 12 (40 layers, the series against t8dbufti in two processes each; not landed, the coresets
+# lose); call 13 (t8dbufti against the CPU, per op, GPU `clover verify` under its switches) has not run.
 set -u
 call=${1:?which call: 1-6, 9-13}
 export QUANTS=q4_k_m GEN_LAYERS=8
@@ -83,7 +83,7 @@ DENSE32='type_a=q6_K,.*m=(248320|12288|9216|8192|4096|2048),n=32,k=(2048|4096),'
 # tokens (over 256 experts, coresets of 8 and 32) in the modes $2: PERF_S $3, BUDGET_S $4, PERF_FILTER
 # $5 (default ID_PERF)
 experts_ops() {
-  STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="$1" \
+  STAGES=build,ops OPS_STAGES=${EXPERTS_OPS_STAGES:-eval,perf} EVAL_WIDE=0 EVAL_MODES="$1" \
   EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" \
   MODES="$2" PERF_S=$3 BUDGET_S=$4 PERF_FILTER="${5:-$ID_PERF}" bash bench/device/run.sh
 }
@@ -126,7 +126,8 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
   11) export MODE_dbuf=GGML_CUDA_MMQ_NARROW_ID_DBUF=1 MODE_t8=GGML_CUDA_MMQ_NARROW_ID_TILE=8 \
         MODE_t8dbuf="GGML_CUDA_MMQ_NARROW_ID_TILE=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1" MODE_ti=GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1 \
-        MODE_t8dbufti="GGML_CUDA_MMQ_NARROW_ID_TILE=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
+        MODE_t8dbufti="GGML_CUDA_MMQ_NARROW_ID_TILE=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1" \
+        MODE_t16dbufti="GGML_CUDA_MMQ_NARROW_ID_TILE=16 GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
       experts_ops "${EVAL11:-dbuf t8dbuf}" "${PERF_M:-default dbuf t8 t8dbuf}" "${PERF_S:-25}" "${BUDGET_S:-540}" ;;
   12) T8="GGML_CUDA_MMQ_NARROW_ID_TILE=8,GGML_CUDA_MMQ_NARROW_ID_DBUF=1,GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
       SWEEP="t8dbufti:$T8 b:CLOVER_SWEEP_REPEAT=2 t8dbuftib:$T8,CLOVER_SWEEP_REPEAT=2" LAYERS=40 \

@@ -50,6 +50,12 @@
 #                                    # the series and t8dbufti again, each a process of its own (BUDGET_S, default 560)
 #   bash bench/device/session.sh 13  # experiment 0121's carry: t8dbufti against the CPU, per op against the series, then
 #                                    # GPU `clover verify` (tiny preset, F32 and Q4_K_M) under its switches (about 350 s)
+#   bash bench/device/session.sh 14  # experiments 0121 + 0122's carry: the experts against the CPU in t8dbufti and t16dbufti
+#                                    # (0121's three switches at 8- and 16-column tiles), per op against the series, then GPU
+#                                    # `clover verify` (tiny, F32 and Q4_K_M) under t8dbufti with 0122's coreset switch (~450 s)
+#   bash bench/device/session.sh 15  # experiments 0121 + 0122's carry at 40 layers: the series, then auto8 and auto16 (0121's
+#                                    # switches at 8- and 16-column tiles, a coreset's ids on the series' path), the series
+#                                    # and auto8 again, each a process of its own (BUDGET_S, default 570)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -72,7 +78,7 @@
 # then per op) and 13:09 call 12 (40 layers, the series against t8dbufti in two processes each; not landed, the coresets
 # lose); call 13 (t8dbufti against the CPU, per op, GPU `clover verify` under its switches) has not run.
 set -u
-call=${1:?which call: 1-6, 9-13}
+call=${1:?which call: 1-6, 9-16}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -139,7 +145,29 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
       env $MODE_t8dbufti OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny PARITY_QUANTS=f32,q4_k_m BUDGET_S=110 \
         bash bench/device/run.sh > /dev/null 2>&1
       grep -h "verify tiny" "$OUT/parity/run.log" ;;
-  *) echo "call 1-6, 9-13" >&2; exit 2 ;;
+  14) T8="GGML_CUDA_MMQ_NARROW_ID_TILE=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
+      T16="GGML_CUDA_MMQ_NARROW_ID_TILE=16 GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
+      export MODE_t8dbufti="$T8" MODE_t16dbufti="$T16"
+      OUT=$OUT/ops-eval experts_ops "t8dbufti t16dbufti" "default t8dbufti t16dbufti" "${PERF_S:-20}" 330 > /dev/null 2>&1
+      tail -30 "$OUT/ops-eval/run.log"; cp "$OUT/ops-eval/ops/kernels.json" "$OUT/" 2>/dev/null
+      mkdir -p "$OUT/parity"
+      env $T8 GGML_CUDA_MMQ_NARROW_ID_CORESET=1 OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny \
+        PARITY_QUANTS=f32,q4_k_m BUDGET_S=120 bash bench/device/run.sh > /dev/null 2>&1
+      grep -h "verify tiny" "$OUT/parity/run.log" ;;
+  15) T8="GGML_CUDA_MMQ_NARROW_ID_TILE=8,GGML_CUDA_MMQ_NARROW_ID_DBUF=1,GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
+      T16="GGML_CUDA_MMQ_NARROW_ID_TILE=16,GGML_CUDA_MMQ_NARROW_ID_DBUF=1,GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
+      C=GGML_CUDA_MMQ_NARROW_ID_CORESET=1
+      SWEEP="${SWEEP:-auto8:$T8,$C auto16:$T16,$C b:CLOVER_SWEEP_REPEAT=2 auto8b:$T8,$C,CLOVER_SWEEP_REPEAT=2}" LAYERS=40 \
+        STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=${BUDGET_S:-570} bash bench/device/run.sh ;;
+  16) T8="GGML_CUDA_MMQ_NARROW_ID_TILE=8,GGML_CUDA_MMQ_NARROW_ID_DBUF=1,GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
+      T16="GGML_CUDA_MMQ_NARROW_ID_TILE=16,GGML_CUDA_MMQ_NARROW_ID_DBUF=1,GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
+      C=GGML_CUDA_MMQ_NARROW_ID_CORESET=1 R=CLOVER_SWEEP_REPEAT=2
+      SWEEP="s:$R t8:$T8 auto8:$T8,$C auto16:$T16,$C t16:$T16 s2:$R,$R auto16b:$T16,$C,$R" LAYERS=40 \
+        STAGES=build,gen,convert,sweep BUDGET_S=400 bash bench/device/run.sh
+      export MODE_t8dbufti="${T8//,/ }" MODE_t16dbufti="${T16//,/ }"
+      OUT=$OUT/ops EXPERTS_OPS_STAGES=perf experts_ops "" "default t8dbufti t16dbufti" 15 150 > /dev/null 2>&1
+      tail -40 "$OUT/ops/run.log" ;;
+  *) echo "call 1-6, 9-16" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

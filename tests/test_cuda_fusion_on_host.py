@@ -1,8 +1,8 @@
-"""Patches 0114's, 0116's, 0117's and 0118's CUDA fusions without a GPU:
-`bench/device/fusion_on_cpu/check.sh` cuts each kernel and matcher out of the patched clover-fusion.cu and
-runs them on host threads against ggml's CPU backend, on test-backend-ops' graphs and on the tiny preset's
-real preview and fused pass with every tensor where the allocator put it. CI has no GPU, so this is the only
-place CI runs that code."""
+"""Patches 0114's, 0116's, 0117's and 0118's CUDA fusions, and 0122's test of the expert matmuls' ids,
+without a GPU: `bench/device/fusion_on_cpu/check.sh` cuts each kernel and matcher out of the patched
+clover-fusion.cu and runs them on host threads against ggml's CPU backend, on test-backend-ops' graphs and
+on the tiny preset's real preview and fused pass with every tensor where the allocator put it. CI has no
+GPU, so this is the only place CI runs that code."""
 
 from __future__ import annotations
 
@@ -59,3 +59,12 @@ def test_kernels_match_the_cpu_on_a_real_preview_with_its_allocation(check_outpu
     # the block softmax's output gets the conv output's memory too; in the preview its state is gathered
     block_softmax = r"block softmax: .*, 33 nodes from node 20 \(.*state gathered, output staged\)"
     assert re.search(block_softmax, check_output), check_output
+
+
+def test_every_expert_matmul_of_a_real_pass_reads_its_ids_as_a_coreset_s(check_output):
+    # patch 0122: the narrow kernel's tile follows where a MUL_MAT_ID's ids come from. In both passes (the
+    # coreset on) all 12 expert matmuls (gate, up, down of 4 MoE layers) take the coreset's top-k, the fused
+    # pass's through the CONCAT of its causal rows' unrestricted logits and its block's; each coreset's own
+    # top-k of the unrestricted router probabilities must not read as one
+    found = "expert matmuls: 12 of 12 with ids from a coreset; coresets' own top-k: 0 of 4 read as from one"
+    assert check_output.count(found) == 2, check_output

@@ -1,8 +1,8 @@
 """Patch 0105's narrow MMQ kernel without a GPU: `bench/device/narrow_on_cpu/check.sh` cuts mmq-narrow.cu
 (its launch, the activations' conversion, the kernel) and mmid.cu's ids helper out of the patched tree and
 runs them on host threads, mma.sync, halves and cp.async emulated, against ggml's CPU backend on dense and
-expert graphs, in four settings of its measurement switches. CI has no GPU, so this is the only place CI
-runs that code."""
+expert graphs, in five settings of its measurement switches (the last: the ids as a block coreset's, patch
+0122's path). CI has no GPU, so this is the only place CI runs that code."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def check_output() -> str:
 
 def test_every_setting_runs_cases_and_none_fails(check_output):
     summary = summaries(check_output)
-    assert len(summary) == 4 and all(n > 0 and f == 0 for n, f in summary), check_output
+    assert len(summary) == 5 and all(n > 0 and f == 0 for n, f in summary), check_output
 
 
 def test_the_defaults_take_halves_at_the_model_s_projections(check_output):

@@ -56,6 +56,13 @@
 #   bash bench/device/session.sh 15  # experiments 0121 + 0122's carry at 40 layers: the series, then auto8 and auto16 (0121's
 #                                    # switches at 8- and 16-column tiles, a coreset's ids on the series' path), the series
 #                                    # and auto8 again, each a process of its own (BUDGET_S, default 570)
+#   bash bench/device/session.sh 16  # experiments 0121 + 0122's carry at 40 layers: the series, t8, auto8, auto16, t16, the
+#                                    # series, auto16b (t = without the coreset path), then per op (cut short at 15 s a mode)
+#   bash bench/device/session.sh 17  # experiment 0123's carry: the experts against the CPU in EVAL17 (default "q6t8 pf4"),
+#                                    # then per op in PERF_M: q6t8 / q6t32 (Q6_K experts in tiles of 8 / 32), pf3 / pf4 (the
+#                                    # weights asked of L2 3 / 4 steps ahead instead of 2), about 400 s
+#   bash bench/device/session.sh 18  # experiment 0123's carry at 40 layers: q6t8, pf4, the series, q6t8 and pf4 again, each a
+#                                    # process of its own (no upstream baseline: the sweep only, about 330 s)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -77,8 +84,11 @@
 # 2026-12-06 11:48-11:54 UTC ran call 11 (experiment 0121's first form: the experts against the CPU in modes dbuf and t8dbuf,
 # then per op) and 13:09 call 12 (40 layers, the series against t8dbufti in two processes each; not landed, the coresets
 # lose); call 13 (t8dbufti against the CPU, per op, GPU `clover verify` under its switches) has not run.
+# 2026-12-06 14:17-14:37 UTC ran calls 14, 15 and 16 (experiment 0122: a coreset's ids keep the 32-column path, over
+# 0121) as commit f24ccad has them; both became patches 0121 and 0122 with tiles of 16 as the default. Calls 11-13 are
+# 0121's as an experiment (its switches now have other defaults). Calls 17 and 18 are experiment 0123's, not yet run.
 set -u
-call=${1:?which call: 1-6, 9-16}
+call=${1:?which call: 1-6, 9-18}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -167,7 +177,13 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
       export MODE_t8dbufti="${T8//,/ }" MODE_t16dbufti="${T16//,/ }"
       OUT=$OUT/ops EXPERTS_OPS_STAGES=perf experts_ops "" "default t8dbufti t16dbufti" 15 150 > /dev/null 2>&1
       tail -40 "$OUT/ops/run.log" ;;
-  *) echo "call 1-6, 9-16" >&2; exit 2 ;;
+  17) export MODE_q6t8=GGML_CUDA_MMQ_NARROW_ID_TILE_Q6_K=8 MODE_q6t32=GGML_CUDA_MMQ_NARROW_ID_TILE_Q6_K=32 \
+        MODE_pf3=GGML_CUDA_MMQ_NARROW_PREFETCH=3 MODE_pf4=GGML_CUDA_MMQ_NARROW_PREFETCH=4
+      experts_ops "${EVAL17:-q6t8 pf4}" "${PERF_M:-default q6t8 q6t32 pf3 pf4}" "${PERF_S:-30}" "${BUDGET_S:-480}" ;;
+  18) SWEEP="${SWEEP:-q6t8:GGML_CUDA_MMQ_NARROW_ID_TILE_Q6_K=8 pf4:GGML_CUDA_MMQ_NARROW_PREFETCH=4 b:CLOVER_SWEEP_REPEAT=2 \
+q6t8b:GGML_CUDA_MMQ_NARROW_ID_TILE_Q6_K=8,CLOVER_SWEEP_REPEAT=2 pf4b:GGML_CUDA_MMQ_NARROW_PREFETCH=4,CLOVER_SWEEP_REPEAT=2}" \
+        LAYERS=40 STAGES=build,gen,convert,sweep BUDGET_S=${BUDGET_S:-420} bash bench/device/run.sh ;;
+  *) echo "call 1-6, 9-18" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -42,7 +42,7 @@ cut_failed() { echo "could not cut $1 out of $C/clover-fusion.cu(h)" >&2; exit 2
 grep -q 'clover_fusion_confined' "$T/fusion-common.inc" || cut_failed "the fusions' shared helpers"
 { sed -n '/^struct ggml_cuda_moe_coreset_match {/,/^};/p' "$C/clover-fusion.cuh"; cat "$T/fusion-common.inc"
   sed -n -e '/^#define MOE_CORESET_K_MAX/,/^#define MOE_CORESET_E_MAX/p' -e '/^bool ggml_cuda_match_moe_coreset(/,/^}/p' \
-      "$C/clover-fusion.cu"
+      -e '/^bool ggml_cuda_moe_ids_from_coreset(/,/^}/p' "$C/clover-fusion.cu"
 } > "$T/coreset-match.inc"
 # the two kernels (cuda_on_host.h makes their qualifiers and static shared memory host C++), the choice of the rows'
 # kernel's instance
@@ -50,8 +50,8 @@ sed -n -e '/^#define MOE_CORESET_ROW_WARPS/,/^#define MOE_CORESET_KEEP_THREADS/p
     -e '/^typedef void (\*moe_coreset_rows_t)/p' -e '/^static moe_coreset_rows_t moe_coreset_rows_kernel(/,/^}/p' \
     -e '/^static __global__ void __launch_bounds__(MOE_CORESET_KEEP_THREADS, 1)$/,/^}/p' "$C/clover-fusion.cu" \
     > "$T/coreset-kernel.inc"
-grep -q 'ggml_cuda_match_moe_coreset' "$T/coreset-match.inc" && grep -q 'moe_coreset_rows_kernel(' "$T/coreset-kernel.inc" &&
-    grep -q 'moe_coreset_keep_f32(' "$T/coreset-kernel.inc" || cut_failed "the coreset's matcher or kernels"
+grep -q 'ggml_cuda_match_moe_coreset' "$T/coreset-match.inc" && grep -q 'ggml_cuda_moe_ids_from_coreset' "$T/coreset-match.inc" && grep -q 'moe_coreset_rows_kernel(' "$T/coreset-kernel.inc" &&
+    grep -q 'moe_coreset_keep_f32(' "$T/coreset-kernel.inc" || cut_failed "the coreset's matcher, its ids test or kernels"
 sed -n "/^struct ggml_cuda_preview_conv_match {/,/^};/p" "$C/clover-fusion.cuh" > "$T/preview_conv-struct.inc"
 cat "$T/preview_conv-struct.inc" "$T/fusion-common.inc" > "$T/preview_conv-match.inc"
 sed -n "/^struct preview_conv_args {/,/^void ggml_cuda_op_preview_conv(/{/^void ggml_cuda_op_preview_conv(/!p}" \

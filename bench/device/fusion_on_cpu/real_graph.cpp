@@ -1,9 +1,10 @@
-// Patches 0114's, 0116's, 0117's and 0118's matchers and kernels on a real pass's graph, without a GPU: a shared
-// library that check.sh's `real` check loads into a CPU engine (real_graph.py) as llama's eval callback. The callback
-// keeps every node of the pass in order with a copy of its data as computed; afterwards rg_check builds the graph's
-// node list and use counts, asks the matchers at each node as ggml_cuda_try_fuse does, and runs each matched
-// construction's kernel on host threads (cuda_on_host.h) over the copies of its inputs, placed as the allocator placed
-// them, against the copy of the node the construction ends in (which the CPU computed node by node).
+// Patches 0114's, 0116's, 0117's and 0118's matchers and kernels (and 0122's test of the expert matmuls' ids) on a
+// real pass's graph, without a GPU: a shared library that check.sh's `real` check loads into a CPU engine
+// (real_graph.py) as llama's eval callback. The callback keeps every node of the pass in order with a copy of its data
+// as computed; afterwards rg_check builds the graph's node list and use counts, asks the matchers at each node as
+// ggml_cuda_try_fuse does, and runs each matched construction's kernel on host threads (cuda_on_host.h) over the copies
+// of its inputs, placed as the allocator placed them, against the copy of the node the construction ends in (which the
+// CPU computed node by node).
 #include "ggml-impl.h"
 
 #include <cstring>
@@ -153,6 +154,32 @@ static bool check_head(int i, const ggml_cuda_clover_head_match & m) {
     return ok;
 }
 
+// patch 0122's test of an expert matmul's ids, which picks the narrow kernel's column tile: every MUL_MAT_ID of these
+// passes (a preview and a fused pass, both with the coreset) takes its ids from a coreset, and no coreset's own top-k of
+// the unrestricted router probabilities (its first ARGSORT) reads as one; false when either fails or there is none
+static bool check_ids_from_coreset(const ggml_cgraph * gf, const std::vector<int> & coreset_starts) {
+    int n_mmid = 0, n_from = 0, n_topk = 0, n_topk_from = 0;
+    for (int i = 0; i < gf->n_nodes; i++) {
+        if (gf->nodes[i]->op == GGML_OP_MUL_MAT_ID) {
+            n_mmid++;
+            n_from += ggml_cuda_moe_ids_from_coreset(gf->nodes[i]->src[2]);
+        }
+    }
+    for (const int i0 : coreset_starts) {
+        for (int i = i0; i < gf->n_nodes; i++) {
+            if (gf->nodes[i]->op == GGML_OP_ARGSORT) {
+                n_topk++;
+                n_topk_from += ggml_cuda_moe_ids_from_coreset(gf->nodes[i]);
+                break;
+            }
+        }
+    }
+    const bool ok = n_mmid > 0 && n_from == n_mmid && n_topk == (int) coreset_starts.size() && n_topk_from == 0;
+    printf("expert matmuls: %d of %d with ids from a coreset; coresets' own top-k: %d of %d read as from one%s\n", n_from,
+           n_mmid, n_topk_from, n_topk, ok ? "" : "  FAIL");
+    return ok;
+}
+
 // the matchers over the recorded pass as ggml_cuda_try_fuse asks them; prints each construction found and how its
 // kernel's output compares. Returns the number of failures, or -1 when the matchers did not find as many constructions
 // as expected (n_conv: convs and block softmaxes, one of each a GDN layer; n_coreset: coresets; n_head: heads)
@@ -176,6 +203,7 @@ extern "C" int rg_check(int n_conv, int n_coreset, int n_head) {
     // at each node the evaluation computes (it skips views) the matchers in ggml_cuda_try_fuse's order; the first
     // construction found stands for its nodes
     int failed = 0, found_conv = 0, found_coreset = 0, found_block_softmax = 0, found_head = 0;
+    std::vector<int> coreset_starts;
     for (int i = 0; i < n; i++) {
         if (ggml_op_is_empty(gf->nodes[i]->op)) {
             continue;
@@ -191,6 +219,7 @@ extern "C" int rg_check(int n_conv, int n_coreset, int n_head) {
         } else if (ggml_cuda_match_moe_coreset(gf, i, cs)) {
             found_coreset++;
             failed += !check_coreset(i, cs);
+            coreset_starts.push_back(i);
             i += cs.node_count - 1;
         } else if (ggml_cuda_match_block_softmax(gf, i, bs)) {
             found_block_softmax++;
@@ -202,6 +231,7 @@ extern "C" int rg_check(int n_conv, int n_coreset, int n_head) {
             i += hd.node_count - 1;
         }
     }
+    failed += !check_ids_from_coreset(gf, coreset_starts);
     ggml_free(ctx);
     printf("%d heads (%d expected)\n", found_head, n_head);
     printf("%d nodes: %d conv constructions and %d block softmaxes (%d expected of each), %d coresets (%d expected), %d "

@@ -1,5 +1,5 @@
-"""Patches 0114's, 0116's, 0117's and 0118's matchers and kernels on the tiny preset's real passes,
-without a GPU (check.sh `real`).
+"""Patches 0114's, 0116's, 0117's and 0118's matchers and kernels, and 0122's test of the expert matmuls'
+ids, on the tiny preset's real passes, without a GPU (check.sh `real`).
 
     [LLAMA_CPP_LIB_PATH=<a CPU build of the series>] python real_graph.py LIBRARY
 
@@ -7,7 +7,8 @@ LIBRARY is real_graph.cpp built by check.sh. A CPU engine on the tiny checkpoint
 preview (coreset on) and a fused pass node by node through llama's eval callback; the library then asks
 the matchers at each node as ggml-cuda does and runs what they matched on host threads against the
 CPU's nodes. The CUDA backend sees the same node list (a fully offloaded model's graph is one split).
-Exit 1: a kernel differs, or the matchers did not find as many constructions as the tiny preset has.
+Exit 1: a kernel differs, the matchers did not find as many constructions as the tiny preset has, or an
+expert matmul's ids do not read as a coreset's (or a coreset's own top-k does).
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 # conversion, the kernel) and mmid.cu's ids helper, cut out of the patched tree, run on host threads
 # (../fusion_on_cpu/cuda_on_host.h and narrow_on_host.h: mma.sync, halves, cp.async emulated) against ggml's CPU backend
 # on MUL_MAT_SMALL and MUL_MAT_ID_SMALL graphs and the experts' gate, up and SwiGLU in one launch (narrow_on_cpu.cpp). Each settings line below is one run: the defaults (halves to 32 columns, int8 at 17-32 columns
-# from 65536 rows; MUL_MAT_ID in tiles of 16 with the next step in registers and tiles as units), the ids as a block
-# coreset's (NARROW_IDS_CROWDED=1: MUL_MAT_ID in tiles of 32, 0122), every case on the halves, every case in int8, and
-# int8 with q8_1's scales per 32 values and the column tiles' count at run time. TREE=<a patched llama.cpp tree>: cut the kernel from it instead of the series' (an
+# from 65536 rows; MUL_MAT_ID in tiles of 16 with the next step in registers and tiles as units), every case on the
+# halves, every case in int8, int8 with q8_1's scales per 32 values and the column tiles' count at run time, and the
+# ids as a block coreset's (NARROW_IDS_CROWDED=1: MUL_MAT_ID in tiles of 32, one step, patch 0122). TREE=<a patched llama.cpp tree>: cut the kernel from it instead of the series' (an
 # experiment on the narrow kernel). NARROW_SETTINGS=<lines of VAR=V ...>: run those settings instead (an experiment's switches).
 #
 #   bash bench/device/narrow_on_cpu/check.sh   (about 8 min on 2 cores; exit 1: a case failed)
@@ -55,10 +55,10 @@ g++ -std=c++20 -O1 -w -I"$T" -I"$E" -I"$ROOT/bench/device/fusion_on_cpu" -I"$V/g
     -I"$V/tests" "$E/narrow_on_cpu.cpp" -L"$LIB" -lggml-base -lggml -lggml-cpu -Wl,-rpath,"$LIB" -pthread -o "$T/check"
 DEFAULT_SETTINGS=$(cat <<'SETTINGS'
 
-NARROW_IDS_CROWDED=1
 GGML_CUDA_MMQ_NARROW_DENSE_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16 GGML_CUDA_MMQ_NARROW_F16=2
 GGML_CUDA_MMQ_NARROW_DENSE_MAX=8 GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=16
 GGML_CUDA_MMQ_NARROW_DENSE_MAX=8 GGML_CUDA_MMQ_NARROW_DENSE_I8_MAX=64 GGML_CUDA_MMQ_NARROW_DENSE_I8_MIN_ROWS=16 GGML_CUDA_MMQ_NARROW_Q8K=0 GGML_CUDA_MMQ_NARROW_FULL_TILES=0
+NARROW_IDS_CROWDED=1
 SETTINGS
 )
 rc=0

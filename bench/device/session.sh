@@ -43,21 +43,6 @@
 #                                    # softmax at the model's size, the z and qkv projections at 32 columns (z also with one
 #                                    # CTA per SM) and patch 0118's head chunks kernel: where their time goes (about
 #                                    # 120 s)
-#   bash bench/device/session.sh 11  # experiment 0121's carry: the experts against the CPU in modes EVAL11 (default "dbuf
-#                                    # t8dbuf"), then per op in PERF_M (dbuf: the next step in registers, t8: 8-column tiles,
-#                                    # ti: an expert's tiles as units of their own, and their combinations), about 380 s
-#   bash bench/device/session.sh 12  # experiment 0121's carry at 40 layers: the series, then t8dbufti (its three switches),
-#                                    # the series and t8dbufti again, each a process of its own (BUDGET_S, default 560)
-#   bash bench/device/session.sh 13  # experiment 0121's carry: t8dbufti against the CPU, per op against the series, then
-#                                    # GPU `clover verify` (tiny preset, F32 and Q4_K_M) under its switches (about 350 s)
-#   bash bench/device/session.sh 14  # experiments 0121 + 0122's carry: the experts against the CPU in t8dbufti and t16dbufti
-#                                    # (0121's three switches at 8- and 16-column tiles), per op against the series, then GPU
-#                                    # `clover verify` (tiny, F32 and Q4_K_M) under t8dbufti with 0122's coreset switch (~450 s)
-#   bash bench/device/session.sh 15  # experiments 0121 + 0122's carry at 40 layers: the series, then auto8 and auto16 (0121's
-#                                    # switches at 8- and 16-column tiles, a coreset's ids on the series' path), the series
-#                                    # and auto8 again, each a process of its own (BUDGET_S, default 570)
-#   bash bench/device/session.sh 16  # experiments 0121 + 0122's carry at 40 layers: the series, t8, auto8, auto16, t16, the
-#                                    # series, auto16b (t = without the coreset path), then per op (cut short at 15 s a mode)
 #   bash bench/device/session.sh 17  # experiment 0123's carry: the experts against the CPU in EVAL17 (default "q6t8 pf4"),
 #                                    # then per op in PERF_M: q6t8 / q6t32 (Q6_K experts in tiles of 8 / 32), pf3 / pf4 (the
 #                                    # weights asked of L2 3 / 4 steps ahead instead of 2), about 400 s
@@ -85,10 +70,10 @@
 # then per op) and 13:09 call 12 (40 layers, the series against t8dbufti in two processes each; not landed, the coresets
 # lose); call 13 (t8dbufti against the CPU, per op, GPU `clover verify` under its switches) has not run.
 # 2026-12-06 14:17-14:37 UTC ran calls 14, 15 and 16 (experiment 0122: a coreset's ids keep the 32-column path, over
-# 0121) as commit f24ccad has them; both became patches 0121 and 0122 with tiles of 16 as the default. Calls 11-13 are
-# 0121's as an experiment (its switches now have other defaults). Calls 17 and 18 are experiment 0123's, not yet run.
+# 0121); both became patches 0121 and 0122 with tiles of 16 as the default, and calls 11-16, which set 0121's switches
+# against the defaults of then, are at commit b0b5733. Calls 17 and 18 are experiment 0123's, not yet run.
 set -u
-call=${1:?which call: 1-6, 9-18}
+call=${1:?which call: 1-6, 9, 10, 17, 18}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -140,50 +125,13 @@ z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K
 qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
 head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
-  11) export MODE_dbuf=GGML_CUDA_MMQ_NARROW_ID_DBUF=1 MODE_t8=GGML_CUDA_MMQ_NARROW_ID_TILE=8 \
-        MODE_t8dbuf="GGML_CUDA_MMQ_NARROW_ID_TILE=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1" MODE_ti=GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1 \
-        MODE_t8dbufti="GGML_CUDA_MMQ_NARROW_ID_TILE=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1" \
-        MODE_t16dbufti="GGML_CUDA_MMQ_NARROW_ID_TILE=16 GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
-      experts_ops "${EVAL11:-dbuf t8dbuf}" "${PERF_M:-default dbuf t8 t8dbuf}" "${PERF_S:-25}" "${BUDGET_S:-540}" ;;
-  12) T8="GGML_CUDA_MMQ_NARROW_ID_TILE=8,GGML_CUDA_MMQ_NARROW_ID_DBUF=1,GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
-      SWEEP="t8dbufti:$T8 b:CLOVER_SWEEP_REPEAT=2 t8dbuftib:$T8,CLOVER_SWEEP_REPEAT=2" LAYERS=40 \
-        STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=${BUDGET_S:-560} bash bench/device/run.sh ;;
-  13) export MODE_t8dbufti="GGML_CUDA_MMQ_NARROW_ID_TILE=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
-      OUT=$OUT/ops-eval experts_ops t8dbufti "${PERF_M:-default t8dbufti}" "${PERF_S:-15}" 230 > /dev/null 2>&1
-      tail -22 "$OUT/ops-eval/run.log"; cp "$OUT/ops-eval/ops/kernels.json" "$OUT/" 2>/dev/null
-      mkdir -p "$OUT/parity"
-      env $MODE_t8dbufti OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny PARITY_QUANTS=f32,q4_k_m BUDGET_S=110 \
-        bash bench/device/run.sh > /dev/null 2>&1
-      grep -h "verify tiny" "$OUT/parity/run.log" ;;
-  14) T8="GGML_CUDA_MMQ_NARROW_ID_TILE=8 GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
-      T16="GGML_CUDA_MMQ_NARROW_ID_TILE=16 GGML_CUDA_MMQ_NARROW_ID_DBUF=1 GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
-      export MODE_t8dbufti="$T8" MODE_t16dbufti="$T16"
-      OUT=$OUT/ops-eval experts_ops "t8dbufti t16dbufti" "default t8dbufti t16dbufti" "${PERF_S:-20}" 330 > /dev/null 2>&1
-      tail -30 "$OUT/ops-eval/run.log"; cp "$OUT/ops-eval/ops/kernels.json" "$OUT/" 2>/dev/null
-      mkdir -p "$OUT/parity"
-      env $T8 GGML_CUDA_MMQ_NARROW_ID_CORESET=1 OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny \
-        PARITY_QUANTS=f32,q4_k_m BUDGET_S=120 bash bench/device/run.sh > /dev/null 2>&1
-      grep -h "verify tiny" "$OUT/parity/run.log" ;;
-  15) T8="GGML_CUDA_MMQ_NARROW_ID_TILE=8,GGML_CUDA_MMQ_NARROW_ID_DBUF=1,GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
-      T16="GGML_CUDA_MMQ_NARROW_ID_TILE=16,GGML_CUDA_MMQ_NARROW_ID_DBUF=1,GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
-      C=GGML_CUDA_MMQ_NARROW_ID_CORESET=1
-      SWEEP="${SWEEP:-auto8:$T8,$C auto16:$T16,$C b:CLOVER_SWEEP_REPEAT=2 auto8b:$T8,$C,CLOVER_SWEEP_REPEAT=2}" LAYERS=40 \
-        STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=${BUDGET_S:-570} bash bench/device/run.sh ;;
-  16) T8="GGML_CUDA_MMQ_NARROW_ID_TILE=8,GGML_CUDA_MMQ_NARROW_ID_DBUF=1,GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
-      T16="GGML_CUDA_MMQ_NARROW_ID_TILE=16,GGML_CUDA_MMQ_NARROW_ID_DBUF=1,GGML_CUDA_MMQ_NARROW_ID_TILE_ITEMS=1"
-      C=GGML_CUDA_MMQ_NARROW_ID_CORESET=1 R=CLOVER_SWEEP_REPEAT=2
-      SWEEP="s:$R t8:$T8 auto8:$T8,$C auto16:$T16,$C t16:$T16 s2:$R,$R auto16b:$T16,$C,$R" LAYERS=40 \
-        STAGES=build,gen,convert,sweep BUDGET_S=400 bash bench/device/run.sh
-      export MODE_t8dbufti="${T8//,/ }" MODE_t16dbufti="${T16//,/ }"
-      OUT=$OUT/ops EXPERTS_OPS_STAGES=perf experts_ops "" "default t8dbufti t16dbufti" 15 150 > /dev/null 2>&1
-      tail -40 "$OUT/ops/run.log" ;;
   17) export MODE_q6t8=GGML_CUDA_MMQ_NARROW_ID_TILE_Q6_K=8 MODE_q6t32=GGML_CUDA_MMQ_NARROW_ID_TILE_Q6_K=32 \
         MODE_pf3=GGML_CUDA_MMQ_NARROW_PREFETCH=3 MODE_pf4=GGML_CUDA_MMQ_NARROW_PREFETCH=4
       experts_ops "${EVAL17:-q6t8 pf4}" "${PERF_M:-default q6t8 q6t32 pf3 pf4}" "${PERF_S:-30}" "${BUDGET_S:-480}" ;;
   18) SWEEP="${SWEEP:-q6t8:GGML_CUDA_MMQ_NARROW_ID_TILE_Q6_K=8 pf4:GGML_CUDA_MMQ_NARROW_PREFETCH=4 b:CLOVER_SWEEP_REPEAT=2 \
 q6t8b:GGML_CUDA_MMQ_NARROW_ID_TILE_Q6_K=8,CLOVER_SWEEP_REPEAT=2 pf4b:GGML_CUDA_MMQ_NARROW_PREFETCH=4,CLOVER_SWEEP_REPEAT=2}" \
         LAYERS=40 STAGES=build,gen,convert,sweep BUDGET_S=${BUDGET_S:-420} bash bench/device/run.sh ;;
-  *) echo "call 1-6, 9-18" >&2; exit 2 ;;
+  *) echo "call 1-6, 9, 10, 17, 18" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

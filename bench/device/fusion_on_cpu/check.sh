@@ -41,8 +41,8 @@ cut_failed() { echo "could not cut $1 out of $C/clover-fusion.cu(h)" >&2; exit 2
   sed -n "/^\/\/ ---- what the fusions share/,/^\/\/ ---- a fusion's launch/p" "$C/clover-fusion.cu"; } > "$T/fusion-common.inc"
 grep -q 'clover_fusion_confined' "$T/fusion-common.inc" || cut_failed "the fusions' shared helpers"
 { sed -n '/^struct ggml_cuda_moe_coreset_match {/,/^};/p' "$C/clover-fusion.cuh"; cat "$T/fusion-common.inc"
-  sed -n -e '/^#define MOE_CORESET_K_MAX/,/^#define MOE_CORESET_E_MAX/p' -e '/^bool ggml_cuda_match_moe_coreset(/,/^}/p' \
-      -e '/^bool ggml_cuda_moe_ids_from_coreset(/,/^}/p' "$C/clover-fusion.cu"
+  sed -n -e '/^#define MOE_CORESET_K_MAX/,/^#define MOE_CORESET_E_MAX/p' -e '/^static bool moe_coreset_is_end(/,/^}/p' \
+      -e '/^bool ggml_cuda_match_moe_coreset(/,/^}/p' -e '/^bool ggml_cuda_moe_ids_from_coreset(/,/^}/p' "$C/clover-fusion.cu"
 } > "$T/coreset-match.inc"
 # the two kernels (cuda_on_host.h makes their qualifiers and static shared memory host C++), the choice of the rows'
 # kernel's instance

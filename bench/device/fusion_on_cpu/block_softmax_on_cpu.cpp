@@ -2,7 +2,8 @@
 // matcher's source, cut out of the patched clover-fusion.cu by check.sh, run on host threads (cuda_on_host.h) on the
 // graphs of test-backend-ops' BLOCK_SOFTMAX_HISTORY cases (kernels-test-cases.patch: the construction as clover-moe
 // builds it), computed by ggml's CPU backend: the matcher must find the whole construction, and the kernel's output
-// must match the graph's (NMSE below 1e-10: the sums run in another order).
+// must match the graph's (NMSE below 1e-10: the sums run in another order), in 0120's 16 warps a CTA and in the 8 of
+// its measurement switch.
 #define main test_backend_ops_main
 #include "test-backend-ops.cpp"
 #undef main
@@ -45,16 +46,28 @@ int main() {
         if (found >= 0 && (match.dst != out || found + match.node_count != ggml_graph_n_nodes(gf))) {
             found = -1;
         }
-        double nmse = 0.0;
-        if (found >= 0) {
-            const block_softmax_args a    = block_softmax_make_args(match);
-            const dim3               grid = block_softmax_grid(match);
-            nmse = kernel_nmse(out, [&] {
-                cuda_on_host::launch({ grid.x, grid.y, 1 }, { BLOCK_SOFTMAX_WARPS * 32, 1, 1 },
-                                     [&] { block_softmax_history_f32(a); });
-            });
+        // 0120's 16 warps a CTA, then 0116's 8 (GGML_CUDA_CLOVER_BLOCK_SOFTMAX_WARPS=8), each against the CPU graph's
+        // output (kernel_nmse leaves the kernel's in out)
+        const std::vector<float> cpu((float *) out->data, (float *) out->data + ggml_nelements(out));
+        for (const bool w8 : { false, true }) {
+            n_cases += w8;
+            double nmse = 0.0;
+            std::copy(cpu.begin(), cpu.end(), (float *) out->data);
+            if (found >= 0) {
+                const block_softmax_args a    = block_softmax_make_args(match);
+                const dim3               grid = block_softmax_grid(match);
+                nmse = kernel_nmse(out, [&] {
+                    cuda_on_host::launch({ grid.x, grid.y, 1 }, { (w8 ? 8u : BLOCK_SOFTMAX_WARPS) * 32, 1, 1 }, [&] {
+                        if (w8) {
+                            block_softmax_history_f32_w8(a);
+                        } else {
+                            block_softmax_history_f32(a);
+                        }
+                    });
+                });
+            }
+            failed += !report(test.vars() + (w8 ? ",warps=8" : ""), found, match.node_count, nmse, 1e-10);
         }
-        failed += !report(test.vars(), found, match.node_count, nmse, 1e-10);
         ggml_free(ctx);
     }
     printf("%d cases, %d failed\n", n_cases, failed);

@@ -8,7 +8,7 @@
 #            bit), compiled twice: the candidates picked with Ampere's warp reductions (the GPUs' path from sm_80) and
 #            with shuffles (before);
 #   conv:    preview_conv_on_cpu.cpp, the GDN conv with its right taps on PREVIEW_CONV graphs (NMSE below 1e-12);
-#   softmax: block_softmax_on_cpu.cpp, patch 0116's GDN block softmax with its history slot (in 0120's 16 warps a CTA) on
+#   softmax: block_softmax_on_cpu.cpp, patch 0116's GDN block softmax with its history slot (0120's 16 warps a CTA and 8) on
 #            BLOCK_SOFTMAX_HISTORY graphs (NMSE below 1e-10);
 #   head:    head_on_cpu.cpp, patch 0118's head (each row's argmax token and its probability) on CLOVER_HEAD graphs
 #            (tokens equal, probabilities within 1e-5);

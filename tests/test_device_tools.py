@@ -165,6 +165,22 @@ def test_same_logits_compare_names_identical_and_differing_batches() -> None:
     assert same_logits.compare(a, a, [32, 64])[1] is False
 
 
+def test_same_logits_against_the_cpu_flags_a_default_twice_as_far_as_the_switch() -> None:
+    cpu = {"32": np.array([[0.0, 1.0, 2.0], [3.0, 0.0, 1.0]], np.float32)}
+    switched = {"32": cpu["32"] + np.float32(0.1)}
+    close = {"32": cpu["32"] - np.float32(0.15)}
+    lines, worse = same_logits.against_cpu(close, switched, cpu, [32], "GGML_CUDA_MMQ_NARROW=0")
+    assert not worse
+    assert lines == [
+        "32 rows, default against the CPU: at most 0.15, argmax 2 of 32",
+        "32 rows, GGML_CUDA_MMQ_NARROW=0 against the CPU: at most 0.1, argmax 2 of 32",
+    ]
+    far = {"32": cpu["32"].copy()}
+    far["32"][1, 1] += 4.0  # 0.1 * 2 < 4: and row 1's argmax moves
+    lines, worse = same_logits.against_cpu(far, switched, cpu, [32], "S=1")
+    assert worse and lines[0] == "32 rows, default against the CPU: at most 4, argmax 1 of 32"
+
+
 @pytest.mark.llama
 def test_same_logits_on_the_cpu_is_identical_for_a_cuda_switch(llama_gguf: Path) -> None:
     # a CUDA switch cannot change a CPU run: two real processes, every row's logits, bit-identical

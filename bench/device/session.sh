@@ -51,7 +51,9 @@
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
-#                                    # logits of causal batches of 32 and 64 rows must not move a bit)
+#                                    # logits of causal batches of 32 and 64 rows must not move a bit; with SAME_ARGS=--cpu
+#                                    # both settings against the CPU backend instead, e.g. SAME=GGML_CUDA_MMQ_NARROW=0: the
+#                                    # narrow kernels within twice MMQ's difference; the tiny preset never reaches them)
 #
 # 2026-12-05 08:56-09:11 UTC ran call 5 with SWEEP w64 (dense int8 to 64 columns, slower) and call 4 on experiment
 # 0115 (lean MUL_MAT_ID units), then its 40-layer sweep, as commit 3a3a001 has them (docs/performance.md).
@@ -109,7 +111,7 @@ case $call in
      if [ -n "${SAME:-}" ]; then
        W=${WORK:-/tmp/clover-dev}
        PYTHONPATH="$W/site:$W/pure:$W/pylink:$PWD" python3 bench/device/same_logits.py "$W/clover-8-q4_k_m.gguf" "$SAME" \
-         --rows 32,64 2>&1 | tail -3 | tee "$OUT/same_logits.txt"
+         --rows 32,64 ${SAME_ARGS:-} 2>&1 | tail -6 | tee "$OUT/same_logits.txt"
      fi ;;
   9) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=perf PERF_OPS=MUL_MAT_SMALL PERF_FILTER="$DENSE32" \
        MODES="${MODES9:-default cta1 kw2 kw8 i8r2k nonarrow}" MODE_cta1=GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1 \

@@ -43,11 +43,6 @@
 #                                    # softmax at the model's size, the z and qkv projections at 32 columns (z also with one
 #                                    # CTA per SM) and patch 0118's head chunks kernel: where their time goes (about
 #                                    # 120 s)
-#   bash bench/device/session.sh 17  # experiment 0123's carry: the experts against the CPU in EVAL17 (default "q6t8 pf4"),
-#                                    # then per op in PERF_M: q6t8 / q6t32 (Q6_K experts in tiles of 8 / 32), pf3 / pf4 (the
-#                                    # weights asked of L2 3 / 4 steps ahead instead of 2), about 400 s
-#   bash bench/device/session.sh 18  # experiment 0123's carry at 40 layers: q6t8, pf4, the series, q6t8 and pf4 again, each a
-#                                    # process of its own (no upstream baseline: the sweep only, about 330 s)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -73,9 +68,12 @@
 # lose); call 13 (t8dbufti against the CPU, per op, GPU `clover verify` under its switches) has not run.
 # 2026-12-06 14:17-14:37 UTC ran calls 14, 15 and 16 (experiment 0122: a coreset's ids keep the 32-column path, over
 # 0121); both became patches 0121 and 0122 with tiles of 16 as the default, and calls 11-16, which set 0121's switches
-# against the defaults of then, are at commit b0b5733. Calls 17 and 18 are experiment 0123's, not yet run.
+# against the defaults of then, are at commit b0b5733.
+# 2026-12-06 18:07-18:17 UTC ran call 6 (VERIFY6=0, SWEEP q6t8 pf4, SAME=GGML_CUDA_MMQ_NARROW=0 SAME_ARGS=--cpu) on experiment
+# 0123 (the Q6_K experts' own column tile, the L2 prefetch distance), then a sweep of the default and q6t8 twice more;
+# neither setting landed (inside the spread between processes); 0123 and its calls 17 and 18 (not run) are at commit 9bb4af1.
 set -u
-call=${1:?which call: 1-6, 9, 10, 17, 18}
+call=${1:?which call: 1-6, 9, 10}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -129,13 +127,7 @@ z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K
 qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
 head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
-  17) export MODE_q6t8=GGML_CUDA_MMQ_NARROW_ID_TILE_Q6_K=8 MODE_q6t32=GGML_CUDA_MMQ_NARROW_ID_TILE_Q6_K=32 \
-        MODE_pf3=GGML_CUDA_MMQ_NARROW_PREFETCH=3 MODE_pf4=GGML_CUDA_MMQ_NARROW_PREFETCH=4
-      experts_ops "${EVAL17:-q6t8 pf4}" "${PERF_M:-default q6t8 q6t32 pf3 pf4}" "${PERF_S:-30}" "${BUDGET_S:-480}" ;;
-  18) SWEEP="${SWEEP:-q6t8:GGML_CUDA_MMQ_NARROW_ID_TILE_Q6_K=8 pf4:GGML_CUDA_MMQ_NARROW_PREFETCH=4 b:CLOVER_SWEEP_REPEAT=2 \
-q6t8b:GGML_CUDA_MMQ_NARROW_ID_TILE_Q6_K=8,CLOVER_SWEEP_REPEAT=2 pf4b:GGML_CUDA_MMQ_NARROW_PREFETCH=4,CLOVER_SWEEP_REPEAT=2}" \
-        LAYERS=40 STAGES=build,gen,convert,sweep BUDGET_S=${BUDGET_S:-420} bash bench/device/run.sh ;;
-  *) echo "call 1-6, 9, 10, 17, 18" >&2; exit 2 ;;
+  *) echo "call 1-6, 9, 10" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

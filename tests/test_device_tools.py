@@ -198,6 +198,19 @@ def test_same_logits_on_the_cpu_is_identical_for_a_cuda_switch(llama_gguf: Path)
     assert res.stdout.splitlines() == [f"{n} rows: identical ({n * vocab} logits)" for n in (8, 17)]
 
 
+@pytest.mark.llama
+def test_same_logits_against_the_cpu_runs_three_real_processes(llama_gguf: Path) -> None:
+    # without a GPU all three processes run the CPU backend: both settings at 0 from it, every argmax kept
+    cmd = [sys.executable, str(ROOT / "bench/device/same_logits.py"), str(llama_gguf)]
+    cmd += ["GGML_CUDA_MMQ_NARROW=0", "--rows", "8", "--cpu"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.splitlines() == [
+        "8 rows, default against the CPU: at most 0, argmax 8 of 8",
+        "8 rows, GGML_CUDA_MMQ_NARROW=0 against the CPU: at most 0, argmax 8 of 8",
+    ]
+
+
 def _run_sh(tmp_path: Path, source: bytes) -> str:
     """run.sh with no stages on a carry whose source is `source`, in one WORK across calls."""
     # one carry a source, made once: a tarball made again would differ by its file's mtime

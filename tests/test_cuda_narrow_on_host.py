@@ -1,8 +1,9 @@
 """Patch 0105's narrow MMQ kernel without a GPU: `bench/device/narrow_on_cpu/check.sh` cuts mmq-narrow.cu
 (its launch, the activations' conversion, the kernel) and mmid.cu's ids helper out of the patched tree and
-runs them on host threads, mma.sync, halves and cp.async emulated, against ggml's CPU backend on dense and
-expert graphs, in five settings of its measurement switches (the last: the ids as a block coreset's, patch
-0122's path). CI has no GPU, so this is the only place CI runs that code."""
+runs them on host threads, mma.sync, halves and cp.async emulated (a copy lands only when its thread waits for
+it), against ggml's CPU backend on dense and expert graphs, in five settings of its measurement switches (the
+last: the ids as a block coreset's, patch 0122's path). CI has no GPU, so this is the only place CI runs that
+code."""
 
 from __future__ import annotations
 
@@ -51,3 +52,16 @@ def test_the_experts_run_on_a_coreset_and_with_their_glu(check_output):
         r"gate, up and SwiGLU, Q4_K 512 x 2048, 32 tokens over 8 experts",
     ):
         assert re.search(case + passed, defaults), defaults
+
+
+def test_the_spread_experts_from_k_1024_take_the_pipeline(check_output):
+    # patch 0123: where tokens spread over the experts, MUL_MAT_ID from K 1024 copies its weights to shared
+    # memory and stages the activations in int8 (q8_K: the CPU's own dot products); K 512 keeps the halves
+    defaults = check_output.split("-- ")[1]
+    for case, exact in (
+        (r"type_a=q4_K,type_b=f32,n_mats=256,n_used=8,b=1,m=512,n=32,k=2048,", True),
+        (r"type_a=q5_K,type_b=f32,n_mats=64,n_used=8,b=1,m=256,n=12,k=1024,", True),
+        (r"type_a=q6_K,type_b=f32,n_mats=256,n_used=8,b=0,m=2048,n=32,k=512,", False),
+    ):
+        nmse = re.search(case + r".*: NMSE against the CPU (\S+)", defaults)
+        assert nmse and (float(nmse.group(1)) < 1e-10) == exact, defaults

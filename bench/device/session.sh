@@ -72,6 +72,10 @@
 # 2026-12-06 18:07-18:17 UTC ran call 6 (VERIFY6=0, SWEEP q6t8 pf4, SAME=GGML_CUDA_MMQ_NARROW=0 SAME_ARGS=--cpu) on experiment
 # 0123 (the Q6_K experts' own column tile, the L2 prefetch distance), then a sweep of the default and q6t8 twice more;
 # neither setting landed (inside the spread between processes); 0123 and its calls 17 and 18 (not run) are at commit 9bb4af1.
+# 2026-12-06 20:07-20:44 UTC checked a second experiment 0123 (MUL_MAT_ID's weights through shared memory) with call 4
+# (EVAL_M=default PERF_M="default pipe0" MODE_pipe0=GGML_CUDA_MMQ_NARROW_ID_PIPE=0) and timed it with call 6 (VERIFY6=0,
+# SWEEP="p0:GGML_CUDA_MMQ_NARROW_ID_PIPE=0 b:… p0b:…", SAME=GGML_CUDA_MMQ_NARROW_ID_PIPE=0 SAME_ARGS=--cpu), then two more
+# sweep pairs with STAGES6=build,sweep on the warm machine; it became patch 0123.
 set -u
 call=${1:?which call: 1-6, 9, 10}
 export QUANTS=q4_k_m GEN_LAYERS=8

@@ -26,8 +26,10 @@ C=$V/ggml/src/ggml-cuda
 import re, sys
 src = open(sys.argv[1]).read()
 src = re.sub(r'^#include .*\n', '', src, flags=re.M)
-for name in ("mmqn_mma_k32", "mmqn_mma_k16", "mmqn_mma_f16", "mmqn_prefetch"):
-    m = re.search(r'^(template <int span>\n)?static __device__ __forceinline__ void ' + name + r'\(.*?^}\n', src, flags=re.M | re.S)
+cuts = ["mmqn_mma_k32", "mmqn_mma_k16", "mmqn_mma_f16", "mmqn_prefetch"]
+cuts += [name for name in ("mmqn_cp_commit", "mmqn_cp_wait") if name + "()" in src]
+for name in cuts:
+    m = re.search(r'^(template <int \w+>\n)?static __device__ __forceinline__ void ' + name + r'\(.*?^}\n', src, flags=re.M | re.S)
     if not m:
         sys.exit(f"could not cut {name} out of {sys.argv[1]}")
     src = src[:m.start()] + src[m.end():]

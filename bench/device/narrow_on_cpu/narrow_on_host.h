@@ -200,14 +200,47 @@ static void mmqn_mma_f16(float (&c)[4], const uint32_t (&a)[4], const uint2 b) {
         [](mma_lanes l, int col, int k) { return half_of(l[col * 4 + (k % 8) / 2][4 + (k >= 8)], k % 2); });
 }
 
-// cp.async into the dynamic shared memory: its "shared address" is the offset there
+// cp.async into the dynamic shared memory: its "shared address" is the offset there. A copy lands when its thread
+// waits for it, as late as the GPU may land it: a group of copies at a wait that leaves fewer groups in flight, every
+// copy at cp.async.wait_all. A read of shared memory before its wait, or by another lane before a barrier after it,
+// sees the old bytes.
+namespace narrow_on_host {
+struct cp_copy {
+    unsigned     dst;
+    const void * src;
+};
+inline thread_local std::vector<std::vector<cp_copy>> cp_groups; // committed, oldest first
+inline thread_local std::vector<cp_copy>              cp_open;   // since the last commit
+
+inline void cp_land(std::vector<cp_copy> & copies) {
+    for (const cp_copy & c : copies) {
+        std::memcpy(dynamic_smem.data() + c.dst, c.src, 16);
+    }
+    copies.clear();
+}
+} // namespace narrow_on_host
+
 static unsigned ggml_cuda_cvta_generic_to_shared(void * p) {
     return (unsigned) ((char *) p - narrow_on_host::dynamic_smem.data());
 }
 template <int preload> static void cp_async_cg_16(const unsigned dst, const void * src) {
-    std::memcpy(narrow_on_host::dynamic_smem.data() + dst, src, 16);
+    narrow_on_host::cp_open.push_back({ dst, src });
 }
-static void cp_async_wait_all() {}
+static void mmqn_cp_commit() {
+    narrow_on_host::cp_groups.push_back(std::move(narrow_on_host::cp_open));
+    narrow_on_host::cp_open.clear();
+}
+template <int n> static void mmqn_cp_wait() {
+    auto & groups = narrow_on_host::cp_groups;
+    while (groups.size() > (size_t) n) {
+        narrow_on_host::cp_land(groups.front());
+        groups.erase(groups.begin());
+    }
+}
+static void cp_async_wait_all() {
+    mmqn_cp_wait<0>();
+    narrow_on_host::cp_land(narrow_on_host::cp_open);
+}
 
 template <int span> static void mmqn_prefetch(const char *, const char *, int, int) {}
 

@@ -286,8 +286,10 @@ struct ggml_cuda_device_info {
         int    warp_size;
     } devices[1];
 };
+// an H100; NARROW_NSM=N gives it N SMs, so that a launch's CTAs each take several units of work
 static const ggml_cuda_device_info & ggml_cuda_info() {
-    static const ggml_cuda_device_info info = { { { 132, 227 * 1024, 900, 32 } } }; // an H100
+    static const int                   nsm  = getenv("NARROW_NSM") ? atoi(getenv("NARROW_NSM")) : 132;
+    static const ggml_cuda_device_info info = { { { nsm, 227 * 1024, 900, 32 } } };
     return info;
 }
 static int ggml_cuda_get_device() { return 0; }

@@ -202,8 +202,7 @@ static void mmqn_mma_f16(float (&c)[4], const uint32_t (&a)[4], const uint2 b) {
 
 // cp.async into the dynamic shared memory: its "shared address" is the offset there. A copy lands when its thread
 // waits for it, as late as the GPU may land it: a group of copies at a wait that leaves fewer groups in flight, every
-// copy at cp.async.wait_all. A read of shared memory before its wait, or by another lane before a barrier after it,
-// sees the old bytes.
+// copy at cp.async.wait_all. A read of shared memory before the copying thread's wait sees the old bytes.
 namespace narrow_on_host {
 struct cp_copy {
     unsigned     dst;

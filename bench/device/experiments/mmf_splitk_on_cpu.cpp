@@ -1,9 +1,10 @@
 // Experiment 0125's kernel (F32 MUL_MAT of 17-64 columns, K split over a cluster of CTAs) checked without a GPU: its
 // source, cut out of the patched mmf-splitk.cu by mmf_splitk_on_cpu.sh, runs on host threads (fusion_on_cpu/
 // cuda_on_host.h) against a double-precision product. A cluster's CTAs run at once, as one host block of all their
-// threads: the kernel's threadIdx.y, blockIdx.x and shared tile are the CTA's own, cluster.sync() waits for all of
-// them and map_shared_rank() reads another CTA's tile. Cases: the router's shape at 17-64 columns, strided rows, the
-// other test-backend-ops shape (64 x 512). The bound: the FP32 sums' rounding, |error| <= 1e-5 * sum_k |x_k y_k|.
+// threads: the kernel's threadIdx.y, blockIdx.x, shared tile and staged activations are the CTA's own, a barrier
+// (__syncthreads, cluster.sync) waits for the whole cluster, and map_shared_rank() reads another CTA's tile. Cases: the
+// router's shape at 17-64 columns, strided rows, the other test-backend-ops shape (64 x 512) and a short K. The bound:
+// the FP32 sums' rounding, |error| <= 1e-5 * sum_k |x_k y_k|.
 #include "cuda_on_host.h"
 
 #include <cmath>
@@ -28,6 +29,10 @@ template <typename T> T & rank_shared() {
     static T all[16];
     return all[rank()];
 }
+
+// the CTA's dynamic shared memory (sized by the launch)
+inline std::vector<std::vector<float>> dynamic;
+inline float * rank_dynamic() { return dynamic[rank()].data(); }
 
 struct thread_idx_t {
     unsigned x, y, z;
@@ -73,6 +78,7 @@ int main() {
         std::vector<float> x(c.M * sx), y(c.N * sy), dst(c.N * sd, -7.0f);
         for (float & v : x) v = normal(rng);
         for (float & v : y) v = normal(rng);
+        cluster_on_host::dynamic.assign(MMFS_CLUSTER, std::vector<float>((size_t) c.N * (c.K / MMFS_CLUSTER + 4)));
         cuda_on_host::launch({ (unsigned) (c.M / MMFS_ROWS), 1, 1 }, { WARP_SIZE, MMFS_NWARPS * MMFS_CLUSTER, 1 },
                              [&] { mul_mat_f_splitk(x.data(), y.data(), dst.data(), c.K, c.N, sx, sy, sd); });
         int bad = 0;

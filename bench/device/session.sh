@@ -34,10 +34,11 @@
 #                                    # run.sh's sweep: the passes without the loop simulations), e.g. SWEEP="x:VAR=1
 #                                    # b:CLOVER_SWEEP_REPEAT=2 xb:VAR=1,CLOVER_SWEEP_REPEAT=2" (b: the default in a
 #                                    # process of its own, the drift between processes; nothing reads that variable)
-#   bash bench/device/session.sh 7   # experiments 0124 and 0125 (carry: prepare_experiment.sh with both): the experts
-#                                    # (MUL_MAT_ID_SMALL, _GLU) and the F32 MUL_MAT_SMALL cases against the CPU, then per op
-#                                    # the experts and the router (F32 256 x 2048 at 16-64 columns) in the modes default,
-#                                    # p1024 (0123's range: 0124's halves and early issue off) and s0 (0125 off: cuBLAS)
+#   bash bench/device/session.sh 7   # experiments 0124-0126 (carry: prepare_experiment.sh with the three): the experts
+#                                    # (MUL_MAT_ID_SMALL, _GLU), the F32 MUL_MAT_SMALL cases and the block softmax against
+#                                    # the CPU, then per op the experts, the router (F32 256 x 2048 at 16-64 columns) and
+#                                    # the block softmax (model size) in the modes default, p1024 (0123's range: 0124's
+#                                    # halves and early issue off), s0 (0125 off: cuBLAS) and bs16 (0126 off: 16 warps)
 #   bash bench/device/session.sh 9   # the narrow kernel's knobs on the dense Q6_K projections at 32 columns (DENSE32),
 #                                    # per op: one CTA per SM (its activations staged once for two row blocks), K splits
 #                                    # of 2 and 8, int8 from 2048 rows (the output projection), MMQ (about 120 s; any
@@ -122,10 +123,13 @@ case $call in
          --rows 32,64 ${SAME_ARGS:-} 2>&1 | tail -6 | tee "$OUT/same_logits.txt"
      fi ;;
   7) STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=default \
-       EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU,MUL_MAT_SMALL EVAL_FILTER="type_a=$K4,type_b=f32,n_mats|type=$K4|type_a=f32," \
-       MODES="default p1024 s0" MODE_p1024=GGML_CUDA_MMQ_NARROW_ID_PIPE=1024 MODE_s0=GGML_CUDA_MMF_SPLITK=0 \
-       PERF_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU,MUL_MAT_SMALL PERF_FILTER="$ID_PERF|type_a=f32,.*m=256,n=(16|32|64),k=2048," \
-       PERF_S=25 BUDGET_S=${BUDGET_S:-330} bash bench/device/run.sh ;;
+       EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU,MUL_MAT_SMALL,BLOCK_SOFTMAX_HISTORY \
+       EVAL_FILTER="type_a=$K4,type_b=f32,n_mats|type=$K4|type_a=f32,|d_k=" \
+       MODES="default p1024 s0 bs16" MODE_p1024=GGML_CUDA_MMQ_NARROW_ID_PIPE=1024 MODE_s0=GGML_CUDA_MMF_SPLITK=0 \
+       MODE_bs16=GGML_CUDA_CLOVER_BLOCK_SOFTMAX_WARPS=16 \
+       PERF_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU,MUL_MAT_SMALL,BLOCK_SOFTMAX_HISTORY \
+       PERF_FILTER="$ID_PERF|type_a=f32,.*m=256,n=(16|32|64),k=2048,|d_k=128,d_v=128,n=32," \
+       PERF_S=25 BUDGET_S=${BUDGET_S:-360} bash bench/device/run.sh ;;
   9) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=perf PERF_OPS=MUL_MAT_SMALL PERF_FILTER="$DENSE32" \
        MODES="${MODES9:-default cta1 kw2 kw8 i8r2k nonarrow}" MODE_cta1=GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1 \
        MODE_kw2=GGML_CUDA_MMQ_NARROW_KW=2 MODE_kw8=GGML_CUDA_MMQ_NARROW_KW=8 \

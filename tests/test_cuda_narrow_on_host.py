@@ -54,16 +54,17 @@ def test_the_experts_run_on_a_coreset_and_with_their_glu(check_output):
         assert re.search(case + passed, defaults), defaults
 
 
-def test_the_spread_experts_from_k_1024_stage_int8_for_the_pipeline(check_output):
-    # patch 0123: where tokens spread over the experts, MUL_MAT_ID from K 1024 copies its weights to shared
-    # memory, which leaves room only for activations in int8 (q8_K: the CPU's own dot products); K 512 keeps
-    # the halves. The NMSE tells the activations' format, not the copies: the Q5_K case at 12 tokens is the
-    # one that took halves before 0123 (the Q4_K gate at 32 tokens was int8 already); whether the copies are
-    # right is what the check's cases against the CPU assert, each with its cp.async landing late.
+def test_the_pipeline_stages_halves_where_they_fit_and_int8_at_k_2048(check_output):
+    # patches 0123 and 0124: where tokens spread over the experts, MUL_MAT_ID copies its weights to shared
+    # memory (Q6_K from K 512, Q4_K and Q5_K from K 1024). Beside the stages the activations stay in halves
+    # where two CTAs an SM hold both (K 512 and 1024 at tiles of 16) and go to int8 (q8_K: the CPU's own dot
+    # products) where they do not (K 2048: the Q4_K gate). The NMSE tells the activations' format, not the
+    # copies: whether the copies are right is what the check's cases against the CPU assert, each with its
+    # cp.async landing late.
     defaults = check_output.split("-- ")[1]
     for case, exact in (
         (r"type_a=q4_K,type_b=f32,n_mats=256,n_used=8,b=1,m=512,n=32,k=2048,", True),
-        (r"type_a=q5_K,type_b=f32,n_mats=64,n_used=8,b=1,m=256,n=12,k=1024,", True),
+        (r"type_a=q5_K,type_b=f32,n_mats=64,n_used=8,b=1,m=256,n=12,k=1024,", False),
         (r"type_a=q6_K,type_b=f32,n_mats=256,n_used=8,b=0,m=2048,n=32,k=512,", False),
     ):
         nmse = re.search(case + r".*: NMSE against the CPU (\S+)", defaults)

@@ -34,11 +34,6 @@
 #                                    # run.sh's sweep: the passes without the loop simulations), e.g. SWEEP="x:VAR=1
 #                                    # b:CLOVER_SWEEP_REPEAT=2 xb:VAR=1,CLOVER_SWEEP_REPEAT=2" (b: the default in a
 #                                    # process of its own, the drift between processes; nothing reads that variable)
-#   bash bench/device/session.sh 7   # experiments 0124-0126 (carry: prepare_experiment.sh with the three): the experts
-#                                    # (MUL_MAT_ID_SMALL, _GLU), the F32 MUL_MAT_SMALL cases and the block softmax against
-#                                    # the CPU, then per op the experts, the router (F32 256 x 2048 at 16-64 columns) and
-#                                    # the block softmax (model size) in the modes default, p1024 (0123's range: 0124's
-#                                    # halves and early issue off), s0 (0125 off: cuBLAS) and bs16 (0126 off: 16 warps)
 #   bash bench/device/session.sh 9   # the narrow kernel's knobs on the dense Q6_K projections at 32 columns (DENSE32),
 #                                    # per op: one CTA per SM (its activations staged once for two row blocks), K splits
 #                                    # of 2 and 8, int8 from 2048 rows (the output projection), MMQ (about 120 s; any
@@ -81,8 +76,12 @@
 # (EVAL_M=default PERF_M="default pipe0" MODE_pipe0=GGML_CUDA_MMQ_NARROW_ID_PIPE=0) and timed it with call 6 (VERIFY6=0,
 # SWEEP="p0:GGML_CUDA_MMQ_NARROW_ID_PIPE=0 b:… p0b:…", SAME=GGML_CUDA_MMQ_NARROW_ID_PIPE=0 SAME_ARGS=--cpu), then two more
 # sweep pairs with STAGES6=build,sweep on the warm machine; it became patch 0123.
+# 2026-12-07 02:59-03:15 UTC ran call 7 (experiments 0124-0126 against the CPU and per op in the modes default, p1024, s0
+# and bs16), call 6 (VERIFY6=0, SWEEP="bs16:… p1024:… b:…", then STAGES6=build,sweep with bs16b / c / bs16c / d) and
+# call 3 five times under those switches (TRACE_PASSES="preview commit"), as commit 705f650 has them; 0124 became patch
+# 0124 for Q6_K only, 0125 and 0126 were dropped.
 set -u
-call=${1:?which call: 1-7, 9, 10}
+call=${1:?which call: 1-6, 9, 10}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -122,14 +121,6 @@ case $call in
        PYTHONPATH="$W/site:$W/pure:$W/pylink:$PWD" python3 bench/device/same_logits.py "$W/clover-8-q4_k_m.gguf" "$SAME" \
          --rows 32,64 ${SAME_ARGS:-} 2>&1 | tail -6 | tee "$OUT/same_logits.txt"
      fi ;;
-  7) STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES=default \
-       EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU,MUL_MAT_SMALL,BLOCK_SOFTMAX_HISTORY \
-       EVAL_FILTER="type_a=$K4,type_b=f32,n_mats|type=$K4|type_a=f32,|d_k=" \
-       MODES="default p1024 s0 bs16" MODE_p1024=GGML_CUDA_MMQ_NARROW_ID_PIPE=1024 MODE_s0=GGML_CUDA_MMF_SPLITK=0 \
-       MODE_bs16=GGML_CUDA_CLOVER_BLOCK_SOFTMAX_WARPS=16 \
-       PERF_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU,MUL_MAT_SMALL,BLOCK_SOFTMAX_HISTORY \
-       PERF_FILTER="$ID_PERF|type_a=f32,.*m=256,n=(16|32|64),k=2048,|d_k=128,d_v=128,n=32," \
-       PERF_S=25 BUDGET_S=${BUDGET_S:-360} bash bench/device/run.sh ;;
   9) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=perf PERF_OPS=MUL_MAT_SMALL PERF_FILTER="$DENSE32" \
        MODES="${MODES9:-default cta1 kw2 kw8 i8r2k nonarrow}" MODE_cta1=GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1 \
        MODE_kw2=GGML_CUDA_MMQ_NARROW_KW=2 MODE_kw8=GGML_CUDA_MMQ_NARROW_KW=8 \
@@ -144,7 +135,7 @@ z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K
 qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
 head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
-  *) echo "call 1-7, 9, 10" >&2; exit 2 ;;
+  *) echo "call 1-6, 9, 10" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -3,8 +3,8 @@
 # conversion, the kernel) and mmid.cu's ids helper, cut out of the patched tree, run on host threads
 # (../fusion_on_cpu/cuda_on_host.h and narrow_on_host.h: mma.sync, halves, cp.async emulated) against ggml's CPU backend
 # on MUL_MAT_SMALL and MUL_MAT_ID_SMALL graphs and the experts' gate, up and SwiGLU in one launch (narrow_on_cpu.cpp). Each settings line below is one run: the defaults (halves to 32 columns, int8 at 17-32 columns
-# from 65536 rows; MUL_MAT_ID in tiles of 16 with the next step in registers and tiles as units, from K 1024 with its
-# weights through shared memory, patch 0123), every case on the
+# from 65536 rows; MUL_MAT_ID in tiles of 16 with the next step in registers and tiles as units, with its weights
+# through shared memory from K 1024, Q6_K's from K 512, patches 0123 and 0124), every case on the
 # halves, every case in int8, int8 with q8_1's scales per 32 values and the column tiles' count at run time, and the
 # ids as a block coreset's (NARROW_IDS_CROWDED=1: MUL_MAT_ID in tiles of 32, one step, patch 0122). TREE=<a patched llama.cpp tree>: cut the kernel from it instead of the series' (an
 # experiment on the narrow kernel). NARROW_SETTINGS=<lines of VAR=V ...>: run those settings instead (an experiment's switches;

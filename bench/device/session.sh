@@ -34,11 +34,6 @@
 #                                    # run.sh's sweep: the passes without the loop simulations), e.g. SWEEP="x:VAR=1
 #                                    # b:CLOVER_SWEEP_REPEAT=2 xb:VAR=1,CLOVER_SWEEP_REPEAT=2" (b: the default in a
 #                                    # process of its own, the drift between processes; nothing reads that variable)
-#   bash bench/device/session.sh 7   # experiment 0125 (carry: prepare_experiment.sh with it; the dense matmuls through the
-#                                    # weights' pipeline): MUL_MAT_SMALL and the experts against the CPU in the defaults
-#                                    # and with every dense case on the narrow kernel (nd: from 16 rows), then per op the
-#                                    # model's dense Q4_K / Q6_K shapes at 16-32 columns and the head, default against dp0
-#                                    # (0125 off), about 250 s
 #   bash bench/device/session.sh 9   # the narrow kernel's knobs on the dense Q6_K projections at 32 columns (DENSE32),
 #                                    # per op: one CTA per SM (its activations staged once for two row blocks), K splits
 #                                    # of 2 and 8, int8 from 2048 rows (the output projection), MMQ (about 120 s; any
@@ -85,8 +80,11 @@
 # and bs16), call 6 (VERIFY6=0, SWEEP="bs16:… p1024:… b:…", then STAGES6=build,sweep with bs16b / c / bs16c / d) and
 # call 3 five times under those switches (TRACE_PASSES="preview commit"), as commit 705f650 has them; 0124 became patch
 # 0124 for Q6_K only, 0125 and 0126 were dropped.
+# 2026-12-07 05:31-05:38 UTC ran call 7 on a second experiment 0125 (the dense matmuls of the K-quants through 0123's
+# weights' pipeline; its eval, then its perf stage in a call of its own) and call 3 twice (TRACE_PASSES="preview
+# commit", once with GGML_CUDA_MMQ_NARROW_DENSE_PIPE=0), as commit 5e58a79 has them; 0125 was dropped.
 set -u
-call=${1:?which call: 1-7, 9, 10}
+call=${1:?which call: 1-6, 9, 10}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -126,12 +124,6 @@ case $call in
        PYTHONPATH="$W/site:$W/pure:$W/pylink:$PWD" python3 bench/device/same_logits.py "$W/clover-8-q4_k_m.gguf" "$SAME" \
          --rows 32,64 ${SAME_ARGS:-} 2>&1 | tail -6 | tee "$OUT/same_logits.txt"
      fi ;;
-  7) export MODE_nd=GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16 MODE_dp0=GGML_CUDA_MMQ_NARROW_DENSE_PIPE=0
-     STAGES=build,ops OPS_STAGES=eval,perf EVAL_WIDE=0 EVAL_MODES="default nd" \
-       EVAL_OPS=MUL_MAT_SMALL,MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" \
-       MODES="default dp0" PERF_OPS=MUL_MAT_SMALL \
-       PERF_FILTER="type_a=(q4_K|q6_K),.*m=(248320|8192|4096|2048),n=(16|24|32),k=(2048|4096)," \
-       PERF_S=40 BUDGET_S=${BUDGET_S:-300} bash bench/device/run.sh ;;
   9) OUT=$OUT/ops STAGES=build,ops OPS_STAGES=perf PERF_OPS=MUL_MAT_SMALL PERF_FILTER="$DENSE32" \
        MODES="${MODES9:-default cta1 kw2 kw8 i8r2k nonarrow}" MODE_cta1=GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1 \
        MODE_kw2=GGML_CUDA_MMQ_NARROW_KW=2 MODE_kw8=GGML_CUDA_MMQ_NARROW_KW=8 \
@@ -146,7 +138,7 @@ z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K
 qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
 head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
-  *) echo "call 1-7, 9, 10" >&2; exit 2 ;;
+  *) echo "call 1-6, 9, 10" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

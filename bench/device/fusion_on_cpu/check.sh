@@ -36,8 +36,9 @@ compile_and_run() { # $1: the program's source, then compiler flags
   "$T/check"
 }
 cut_failed() { echo "could not cut $1 out of $C/clover-fusion.cu(h)" >&2; exit 2; }
-# what the fusions' matchers share, with the fusions on (ggml_cuda_clover_legacy, not cut, reads their switch)
-{ echo 'static bool ggml_cuda_clover_legacy() { return false; }'
+# what the fusions' matchers share, with the fusions on (ggml_cuda_clover_legacy off; their switches read as ggml-cuda does)
+cut_switches "$C"
+{ cat "$T/switches.inc"
   sed -n "/^\/\/ ---- what the fusions share/,/^\/\/ ---- a fusion's launch/p" "$C/clover-fusion.cu"; } > "$T/fusion-common.inc"
 grep -q 'clover_fusion_confined' "$T/fusion-common.inc" || cut_failed "the fusions' shared helpers"
 { sed -n '/^struct ggml_cuda_moe_coreset_match {/,/^};/p' "$C/clover-fusion.cuh"; cat "$T/fusion-common.inc"

@@ -22,6 +22,7 @@ else
 fi
 git -C "$V" apply "$ROOT/bench/device/kernels-test-cases.patch"
 C=$V/ggml/src/ggml-cuda
+cut_switches "$C"
 # the file without its includes, its inline-assembly helpers (narrow_on_host.h has host forms of the three mma and the
 # prefetch) and with its dynamic shared memory where the host launch puts it
 "$PY" - "$C/mmq-narrow.cu" "$T/narrow.inc" <<'PYEOF'

@@ -259,7 +259,7 @@ typedef void * cudaStream_t;
 static int cudaGetLastError() { return 0; }
 #define CUDA_SET_SHARED_MEMORY_LIMIT(kernel, nbytes) ((void) 0)
 static bool ampere_mma_available(int) { return true; }
-static bool ggml_cuda_clover_legacy() { return false; }
+#include "switches.inc" // ggml_cuda_env_int, ggml_cuda_clover_legacy (off), cut by check.sh
 
 struct ggml_cuda_pool {};
 template <typename T> struct ggml_cuda_pool_alloc {

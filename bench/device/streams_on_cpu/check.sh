@@ -13,6 +13,7 @@ else
   V=$(series_tree)
 fi
 C=$V/ggml/src/ggml-cuda
+cut_switches "$C"
 sed -n '/^struct ggml_cuda_concurrent_event {/,/^struct ggml_backend_cuda_context {/{/^struct ggml_backend_cuda_context {/!p}' \
     "$C/common.cuh" > "$T/concurrent-event.inc"
 { sed -n '/^static bool ggml_cuda_is_view_or_noop(/,/^}/p' "$C/ggml-cuda.cu"

@@ -23,7 +23,7 @@
 typedef void * cudaEvent_t;
 static int cudaEventCreateWithFlags(cudaEvent_t * e, int) { *e = nullptr; return 0; }
 static int cudaEventDestroy(cudaEvent_t) { return 0; }
-static bool ggml_cuda_clover_legacy() { return false; }
+#include "switches.inc"          // ggml_cuda_env_int, ggml_cuda_clover_legacy (off), cut by check.sh
 
 #include "concurrent-event.inc"  // ggml_cuda_concurrent_event, ggml_cuda_stream_context (common.cuh)
 

@@ -43,6 +43,9 @@
 #                                    # softmax at the model's size, the z and qkv projections at 32 columns (z also with one
 #                                    # CTA per SM) and patch 0118's head chunks kernel: where their time goes (about
 #                                    # 120 s)
+#   bash bench/device/session.sh 11  # the series (or a carry's) against the CPU on the GPU, in one short call (about 230
+#                                    # s started): the experts (MUL_MAT_ID_SMALL, _GLU) in the defaults, then `clover
+#                                    # verify` on the GPU (tiny preset, F32 and Q4_K_M) -> $OUT/c4, $OUT/parity.tgz
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -84,7 +87,7 @@
 # weights' pipeline; its eval, then its perf stage in a call of its own) and call 3 twice (TRACE_PASSES="preview
 # commit", once with GGML_CUDA_MMQ_NARROW_DENSE_PIPE=0), as commit 5e58a79 has them; 0125 was dropped.
 set -u
-call=${1:?which call: 1-6, 9, 10}
+call=${1:?which call: 1-6, 9-11}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -138,7 +141,11 @@ z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K
 qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
 head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
-  *) echo "call 1-6, 9, 10" >&2; exit 2 ;;
+  11) mkdir -p "$OUT"; ( OUT=$OUT/c4 EXPERTS_OPS_STAGES=eval experts_ops default default 25 130 > "$OUT/c4.txt" 2>&1 )
+      mkdir -p "$OUT/parity"; OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny PARITY_QUANTS=f32,q4_k_m BUDGET_S=85 \
+        bash bench/device/run.sh > "$OUT/parity.txt" 2>&1
+      grep -h "verify tiny" "$OUT/parity/run.log"; grep -ah "FAIL\|passed" "$OUT"/c4/ops/tbo-eval-*.log ;;
+  *) echo "call 1-6, 9-11" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -45,7 +45,7 @@
 #                                    # 120 s)
 #   bash bench/device/session.sh 11  # the series (or a carry's) against the CPU on the GPU, in one short call (about 230
 #                                    # s started): the experts (MUL_MAT_ID_SMALL, _GLU) in the defaults, then `clover
-#                                    # verify` on the GPU (tiny preset, F32 and Q4_K_M) -> $OUT/c4, $OUT/parity.tgz
+#                                    # verify` on the GPU (tiny preset, F32 and Q4_K_M)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -102,23 +102,27 @@ experts_ops() {
   EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU EVAL_FILTER="type_a=$K4|type=$K4" \
   MODES="$2" PERF_S=$3 BUDGET_S=$4 PERF_FILTER="${5:-$ID_PERF}" bash bench/device/run.sh
 }
+# `clover verify` on the GPU (tiny preset; file types $2, else run.sh's PARITY_QUANTS) under BUDGET_S $1 in $OUT/parity:
+# its verdict lines
+gpu_verify() {
+  mkdir -p "$OUT/parity"
+  ( [ -z "${2:-}" ] || export PARITY_QUANTS=$2
+    OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny BUDGET_S=$1 bash bench/device/run.sh > /dev/null 2>&1 )
+  grep -h "verify tiny" "$OUT/parity/run.log"
+}
 case $call in
   1) LAYERS=40 STAGES=build,gen,convert,baseline,clover,loops,parity PARITY_PRESETS=tiny BUDGET_S=575 \
        bash bench/device/run.sh ;;
   2) OUT=$OUT/ops-eval STAGES=build,ops OPS_STAGES=eval EVAL_WIDE=0 EVAL_MODES=default \
        EVAL_OPS=MOE_CORESET,PREVIEW_CONV BUDGET_S=165 bash bench/device/run.sh > /dev/null 2>&1
      grep -ah "FAIL\|passed" "$OUT"/ops-eval/ops/tbo-eval-*.log
-     mkdir -p "$OUT/parity"; OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny BUDGET_S=70 bash bench/device/run.sh > /dev/null 2>&1
-     grep -h "verify tiny" "$OUT/parity/run.log" ;;
+     gpu_verify 70 ;;
   3) export LAYERS=8 TRACE_REPS=3 TRACE_PASSES="${TRACE_PASSES:-preview preview-c8 fused commit raw-ar}"
      STAGES=build,gen,convert,trace BUDGET_S=300 bash bench/device/run.sh ;;
   4) experts_ops "${EVAL_M:?the modes to check against the CPU}" "${PERF_M:-default $EVAL_M}" "${PERF_S:-25}" "${BUDGET_S:-430}" ;;
   5) SWEEP="${SWEEP:-}" LAYERS=40 STAGES=build,gen,convert,baseline,clover,sweep BUDGET_S=575 bash bench/device/run.sh ;;
   6) if [ "${VERIFY6:-1}" = 1 ]; then
-       mkdir -p "$OUT/parity"
-       OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny PARITY_QUANTS=f32,q4_k_m BUDGET_S=110 \
-         bash bench/device/run.sh > /dev/null 2>&1
-       grep -h "verify tiny" "$OUT/parity/run.log"
+       gpu_verify 110 f32,q4_k_m
      fi
      SWEEP="${SWEEP:-}" LAYERS=40 STAGES="${STAGES6:-build,gen,convert,baseline,clover,sweep}" BUDGET_S="${BUDGET_S:-400}" \
        bash bench/device/run.sh
@@ -141,10 +145,9 @@ z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K
 qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
 head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
-  11) mkdir -p "$OUT"; ( OUT=$OUT/c4 EXPERTS_OPS_STAGES=eval experts_ops default default 25 130 > "$OUT/c4.txt" 2>&1 )
-      mkdir -p "$OUT/parity"; OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny PARITY_QUANTS=f32,q4_k_m BUDGET_S=85 \
-        bash bench/device/run.sh > "$OUT/parity.txt" 2>&1
-      grep -h "verify tiny" "$OUT/parity/run.log"; grep -ah "FAIL\|passed" "$OUT"/c4/ops/tbo-eval-*.log ;;
+  11) ( OUT=$OUT/c4 EXPERTS_OPS_STAGES=eval experts_ops default default 25 130 > /dev/null 2>&1 )
+      grep -ah "FAIL\|passed" "$OUT"/c4/ops/tbo-eval-*.log
+      gpu_verify 85 f32,q4_k_m ;;
   *) echo "call 1-6, 9-11" >&2; exit 2 ;;
 esac
 rc=$?

@@ -46,6 +46,10 @@
 #   bash bench/device/session.sh 11  # the series (or a carry's) against the CPU on the GPU, in one short call (about 230
 #                                    # s started): the experts (MUL_MAT_ID_SMALL, _GLU) in the defaults, then `clover
 #                                    # verify` on the GPU (tiny preset, F32 and Q4_K_M)
+#   bash bench/device/session.sh 12  # patch 0125 (a dense matmul's K split sized to one wave): MUL_MAT_SMALL of the K-quants
+#                                    # against the CPU in the defaults and with every dense case on the narrow kernel (nd),
+#                                    # DENSE32 per op in the defaults and with the split before (w0), then `clover verify`
+#                                    # on the GPU (tiny preset, F32 and Q4_K_M); about 260 s started
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -87,7 +91,7 @@
 # weights' pipeline; its eval, then its perf stage in a call of its own) and call 3 twice (TRACE_PASSES="preview
 # commit", once with GGML_CUDA_MMQ_NARROW_DENSE_PIPE=0), as commit 5e58a79 has them; 0125 was dropped.
 set -u
-call=${1:?which call: 1-6, 9-11}
+call=${1:?which call: 1-6, 9-12}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -108,7 +112,7 @@ gpu_verify() {
   mkdir -p "$OUT/parity"
   ( [ -z "${2:-}" ] || export PARITY_QUANTS=$2
     OUT=$OUT/parity STAGES=build,parity PARITY_PRESETS=tiny BUDGET_S=$1 bash bench/device/run.sh > /dev/null 2>&1 )
-  grep -h "verify tiny" "$OUT/parity/run.log"
+  grep -h "verify tiny\|parity: kept" "$OUT/parity/run.log"
 }
 case $call in
   1) LAYERS=40 STAGES=build,gen,convert,baseline,clover,loops,parity PARITY_PRESETS=tiny BUDGET_S=575 \
@@ -145,10 +149,17 @@ z-q6k-4096-n32-cta1|GGML_CUDA_MMQ_NARROW_CTAS_PER_SM=1|MUL_MAT_SMALL|type_a=q6_K
 qkv-q6k-8192-n32|-|MUL_MAT_SMALL|type_a=q6_K,.*m=8192,n=32,k=2048,
 head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
 " SOURCE='block_softmax_history_f32|mul_mat_q_narrow|clover_head_chunks_f32' bash bench/device/stalls.sh ;;
-  11) ( OUT=$OUT/c4 EXPERTS_OPS_STAGES=eval experts_ops default default 25 130 > /dev/null 2>&1 )
+  11) ( OUT=$OUT/c4 EXPERTS_OPS_STAGES=eval experts_ops default default 25 190 > /dev/null 2>&1 )
       grep -ah "FAIL\|passed" "$OUT"/c4/ops/tbo-eval-*.log
       gpu_verify 85 f32,q4_k_m ;;
-  *) echo "call 1-6, 9-11" >&2; exit 2 ;;
+  12) export MODE_nd=GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16 MODE_w0=GGML_CUDA_MMQ_NARROW_DENSE_WAVE=0
+      ( OUT=$OUT/ops STAGES=build,ops EVAL_WIDE=0 EVAL_MODES="default nd" EVAL_OPS=MUL_MAT_SMALL EVAL_FILTER="type_a=$K4" \
+          PERF_OPS=MUL_MAT_SMALL PERF_FILTER="$DENSE32" MODES="default w0" PERF_S=30 BUDGET_S=230 \
+          bash bench/device/run.sh > /dev/null 2>&1 )
+      grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
+      sed -n '/^== ops/,$p' "$OUT/ops/run.log"
+      gpu_verify 85 f32,q4_k_m ;;
+  *) echo "call 1-6, 9-12" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

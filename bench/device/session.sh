@@ -46,10 +46,12 @@
 #   bash bench/device/session.sh 11  # the series (or a carry's) against the CPU on the GPU, in one short call (about 230
 #                                    # s started): the experts (MUL_MAT_ID_SMALL, _GLU) in the defaults, then `clover
 #                                    # verify` on the GPU (tiny preset, F32 and Q4_K_M)
-#   bash bench/device/session.sh 12  # patch 0125 (a dense matmul's K split sized to one wave): MUL_MAT_SMALL of the K-quants
-#                                    # against the CPU in the defaults and with every dense case on the narrow kernel (nd),
-#                                    # DENSE32 per op in the defaults and with the split before (w0), then `clover verify`
-#                                    # on the GPU (tiny preset, F32 and Q4_K_M); about 260 s started
+#   bash bench/device/session.sh 12  # patches 0125 (a dense matmul's K split sized to one wave) and 0126 (its CTAs of 16
+#                                    # warps): MUL_MAT_SMALL of the K-quants against the CPU in the defaults and with every
+#                                    # dense case on the narrow kernel (nd), DENSE32 per op in the defaults, with the split
+#                                    # before 0125 (w0) and with CTAs of 8 warps (w8), then `clover verify` on the GPU (tiny
+#                                    # preset, F32 and Q4_K_M); about 290 s started. Their traces: call 3 with
+#                                    # TRACE_PASSES="preview commit" and the switch (GGML_CUDA_MMQ_NARROW_DENSE_WARPS=8) set
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -152,9 +154,10 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
   11) ( OUT=$OUT/c4 EXPERTS_OPS_STAGES=eval experts_ops default default 25 190 > /dev/null 2>&1 )
       grep -ah "FAIL\|passed" "$OUT"/c4/ops/tbo-eval-*.log
       gpu_verify 85 f32,q4_k_m ;;
-  12) export MODE_nd=GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16 MODE_w0=GGML_CUDA_MMQ_NARROW_DENSE_WAVE=0
+  12) export MODE_nd=GGML_CUDA_MMQ_NARROW_DENSE_MIN_ROWS=16 MODE_w0=GGML_CUDA_MMQ_NARROW_DENSE_WAVE=0 \
+        MODE_w8=GGML_CUDA_MMQ_NARROW_DENSE_WARPS=8
       ( OUT=$OUT/ops STAGES=build,ops EVAL_WIDE=0 EVAL_MODES="default nd" EVAL_OPS=MUL_MAT_SMALL EVAL_FILTER="type_a=$K4" \
-          PERF_OPS=MUL_MAT_SMALL PERF_FILTER="$DENSE32" MODES="default w0" PERF_S=30 BUDGET_S=230 \
+          PERF_OPS=MUL_MAT_SMALL PERF_FILTER="$DENSE32" MODES="default w0 w8" PERF_S=30 BUDGET_S=260 \
           bash bench/device/run.sh > /dev/null 2>&1 )
       grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
       sed -n '/^== ops/,$p' "$OUT/ops/run.log"

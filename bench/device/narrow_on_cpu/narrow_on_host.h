@@ -285,10 +285,12 @@ struct ggml_cuda_device_info {
         int    warp_size;
     } devices[1];
 };
-// an H100; NARROW_NSM=N gives it N SMs, so that a launch's CTAs each take several units of work
+// an H100; NARROW_NSM=N gives it N SMs, so that a launch's CTAs each take several units of work, NARROW_SMPBO=B
+// B bytes of shared memory a block (sm_86/89/120: 101376), so that the dense launches stage shorter chunks
 static const ggml_cuda_device_info & ggml_cuda_info() {
-    static const int                   nsm  = getenv("NARROW_NSM") ? atoi(getenv("NARROW_NSM")) : 132;
-    static const ggml_cuda_device_info info = { { { nsm, 227 * 1024, 900, 32 } } };
+    static const int                   nsm   = getenv("NARROW_NSM") ? atoi(getenv("NARROW_NSM")) : 132;
+    static const size_t                smpbo = getenv("NARROW_SMPBO") ? atoll(getenv("NARROW_SMPBO")) : 227 * 1024;
+    static const ggml_cuda_device_info info = { { { nsm, smpbo, 900, 32 } } };
     return info;
 }
 static int ggml_cuda_get_device() { return 0; }

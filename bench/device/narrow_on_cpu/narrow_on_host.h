@@ -10,6 +10,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -303,6 +304,12 @@ struct ggml_cuda_kernel_launch_params {
 };
 template <typename Kernel, typename... Args>
 static void ggml_cuda_kernel_launch(Kernel kernel, const ggml_cuda_kernel_launch_params & p, Args &&... args) {
+    // a GPU refuses a launch that asks for more shared memory than a block may have ("invalid argument")
+    if (p.shmem > ggml_cuda_info().devices[0].smpbo) {
+        fprintf(stderr, "launch of %zu bytes of shared memory, over the %zu a block may have\n", p.shmem,
+                ggml_cuda_info().devices[0].smpbo);
+        abort();
+    }
     narrow_on_host::dynamic_smem.assign(p.shmem, 0);
     for (auto & set : narrow_on_host::slots) {
         set.assign((size_t) p.block_dims.x * p.block_dims.y * p.block_dims.z, {});

@@ -11,8 +11,9 @@ exactly one more pass. Wall times under the profiler are the profiler's, so none
 compare the kernel time with timing.py's. Passes: `ar` (the engine's 1-token commit, clover
 head), `ar-adj` (the same with the `ar` loop's adjustment entries), `raw-ar` (plain llama_decode
 of 1 token), `commit` (32 rows), `preview` (32 rows, coreset off), `preview-c8` (coreset forced
-to 8 experts), `fused` (32 causal rows + 32-row preview). `--summarize` groups the kernels of each
-CSV by kind and lists the largest kernels.
+to 8 experts), `fused` (32 causal rows + 32-row preview), `verify-2-2` (2 causal rows + a 2-row
+preview: 110 of the 132 passes of the speculative loop's a = 1 simulation). `--summarize` groups
+the kernels of each CSV by kind and lists the largest kernels.
 
 Nsight Compute replays each kernel alone, so it times the kernels of a pass one by one, serialized.
 `--trace N` runs N passes under CUPTI's activity tracing instead (torch.profiler, in the same
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-PASSES = ("ar", "ar-adj", "raw-ar", "commit", "preview", "preview-c8", "fused")
+PASSES = ("ar", "ar-adj", "raw-ar", "commit", "preview", "preview-c8", "fused", "verify-2-2")
 BLOCK = 32
 
 
@@ -72,10 +73,10 @@ def setup(model: str, kind: str, prefix: int):  # noqa: ANN201
         ll.llama_decode(eng.ctx, batch)
         ll.llama_get_logits(eng.ctx)
 
-    def fused() -> None:
+    def verify(rows: int, preview: list[int]) -> None:
         if eng.n_past > p0 and eng._pass_start is not None:
             eng.rollback(p0)
-        eng.verify_and_draft(toks(BLOCK), RowAdjustments.constant(adj, BLOCK), block, routing=routing)
+        eng.verify_and_draft(toks(rows), RowAdjustments.constant(adj, rows), preview, routing=routing)
 
     # the `ar` loop's entries at the start of a response: the mask token's -inf and a stop token
     loop_s = DecodingSettings(mask_token_id=mask, stop_token_ids=(0,))
@@ -87,7 +88,8 @@ def setup(model: str, kind: str, prefix: int):  # noqa: ANN201
         "commit": lambda: eng.commit(toks(BLOCK), adj),
         "preview": lambda: eng.preview(block, adj, routing),
         "preview-c8": lambda: eng.preview(block, adj, routing),
-        "fused": fused,
+        "fused": lambda: verify(BLOCK, block),
+        "verify-2-2": lambda: verify(2, [mask, mask]),
     }[kind]
 
     def synced() -> None:

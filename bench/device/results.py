@@ -200,6 +200,7 @@ def summarize(res: dict) -> None:
         "preview_ms_by_coreset",
         "fused_pass_ms",
         "fused_commit_preview_ms",
+        "verify_2_2_ms",
         "commit_ms_per_block",
         "ar_tok_s",
         "e2e_tok_s_by_k",

@@ -320,6 +320,18 @@ def engine_passes(eng, args, rng, adj, mask: int, chunk: int) -> dict:
     undo()
     out["fused_pass_ms"], out["fused_pass"] = st["median"], st
     log(f"  fused pass (32 causal rows + 32-row preview): {st['median']:.3f} ms")
+    # the speculative loop's common verification: 2 causal rows + a 2-row preview (110 of the 132
+    # passes of its a = 1 simulation), whose cost sets what that loop can reach against the AR step
+    two = RowAdjustments.constant(adj, 2)
+    st = timed(
+        lambda: eng.verify_and_draft(toks(2), two, [mask, mask], routing=no_coreset),
+        args.reps,
+        args.warmup,
+        before=undo,
+    )
+    undo()
+    out["verify_2_2_ms"], out["verify_2_2"] = st["median"], st
+    log(f"  verification of 2 causal rows + 2-row preview: {st['median']:.3f} ms")
 
     # the diffusion loop's own fused pass (commit_and_preview: final rows, so no snapshots, and only the
     # last causal row through the head), which fused_pass_ms (the speculative verification) overstates;

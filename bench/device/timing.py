@@ -302,36 +302,30 @@ def engine_passes(eng, args, rng, adj, mask: int, chunk: int) -> dict:
     eng.bench_tuning(coreset_size=0, moe_chunk=chunk)
     out["preview_ms_by_coreset"] = sizes
 
-    # the fused pass (32 causal rows + the next block's preview), rolled back after each run
-    p0, rows = eng.n_past, RowAdjustments.constant(adj, BLOCK)
+    # speculative verifications (causal rows with snapshots + a preview over them), rolled back after
+    # each run, without the coreset, as these runs have always measured them (it was left off on the engine)
+    p0, no_coreset = eng.n_past, Routing(False, top_p)
 
     def undo() -> None:
         if eng.n_past > p0:
             eng.rollback(p0)
 
-    # without the coreset, as these runs have always measured it (it was left off on the engine)
-    no_coreset = Routing(False, top_p)
-    st = timed(
-        lambda: eng.verify_and_draft(toks(BLOCK), rows, block(), routing=no_coreset),
-        args.reps,
-        args.warmup,
-        before=undo,
-    )
-    undo()
-    out["fused_pass_ms"], out["fused_pass"] = st["median"], st
-    log(f"  fused pass (32 causal rows + 32-row preview): {st['median']:.3f} ms")
-    # the speculative loop's common verification: 2 causal rows + a 2-row preview (110 of the 132
-    # passes of its a = 1 simulation), whose cost sets what that loop can reach against the AR step
-    two = RowAdjustments.constant(adj, 2)
-    st = timed(
-        lambda: eng.verify_and_draft(toks(2), two, [mask, mask], routing=no_coreset),
-        args.reps,
-        args.warmup,
-        before=undo,
-    )
-    undo()
-    out["verify_2_2_ms"], out["verify_2_2"] = st["median"], st
-    log(f"  verification of 2 causal rows + 2-row preview: {st['median']:.3f} ms")
+    def verification(key: str, causal: int, preview, what: str) -> None:
+        rows = RowAdjustments.constant(adj, causal)
+        st = timed(
+            lambda: eng.verify_and_draft(toks(causal), rows, preview(), routing=no_coreset),
+            args.reps,
+            args.warmup,
+            before=undo,
+        )
+        undo()
+        out[f"{key}_ms"], out[key] = st["median"], st
+        log(f"  {what}: {st['median']:.3f} ms")
+
+    verification("fused_pass", BLOCK, block, "fused pass (32 causal rows + 32-row preview)")
+    # the speculative loop's common verification (110 of the 132 passes of its a = 1 simulation),
+    # whose cost sets what that loop can reach against the AR step
+    verification("verify_2_2", 2, lambda: [mask, mask], "verification of 2 causal rows + 2-row preview")
 
     # the diffusion loop's own fused pass (commit_and_preview: final rows, so no snapshots, and only the
     # last causal row through the head), which fused_pass_ms (the speculative verification) overstates;

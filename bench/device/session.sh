@@ -52,6 +52,10 @@
 #                                    # before 0125 (w0) and with CTAs of 8 warps (w8), then `clover verify` on the GPU (tiny
 #                                    # preset, F32 and Q4_K_M); about 290 s started. Their traces: call 3 with
 #                                    # TRACE_PASSES="preview commit" and the switch (GGML_CUDA_MMQ_NARROW_DENSE_WARPS=8) set
+#   bash bench/device/session.sh 13  # the speculative loop's common verification (2 causal rows + a 2-row preview) against
+#                                    # the 1-row step: 8 layers, CUPTI traces of both (profile.py --pass verify-2-2 / raw-ar),
+#                                    # then timing.py's passes on the 8-layer file (verify_2_2_ms beside the AR step and
+#                                    # the fused pass); about 200 s started, 300 cold
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -93,7 +97,7 @@
 # weights' pipeline; its eval, then its perf stage in a call of its own) and call 3 twice (TRACE_PASSES="preview
 # commit", once with GGML_CUDA_MMQ_NARROW_DENSE_PIPE=0), as commit 5e58a79 has them; 0125 was dropped.
 set -u
-call=${1:?which call: 1-6, 9-12}
+call=${1:?which call: 1-6, 9-13}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -162,7 +166,16 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
       grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
       sed -n '/^== ops/,$p' "$OUT/ops/run.log"
       gpu_verify 85 f32,q4_k_m ;;
-  *) echo "call 1-6, 9-12" >&2; exit 2 ;;
+  13) W=${WORK:-/tmp/clover-dev}
+      LAYERS=8 STAGES=build,gen,convert BUDGET_S=200 bash bench/device/run.sh > /dev/null 2>&1
+      for k in verify-2-2 raw-ar; do
+        PYTHONPATH="$W/site:$W/pure:$W/pylink:$PWD" timeout 90 python3 bench/device/profile.py "$W/clover-8-q4_k_m.gguf" \
+          --pass $k --trace 3 > "$OUT/trace-$k.json" 2>> "$OUT/trace.stderr" || tail -3 "$OUT/trace.stderr"
+      done
+      PYTHONPATH="$W/site:$W/pure:$W/pylink:$PWD" timeout 120 python3 bench/device/timing.py "$W/clover-8-q4_k_m.gguf" \
+        --pp "" --reps 20 --warmup 3 --no-sim --coreset-sizes 8 --moe-chunks 0 --out "$OUT/result.json" 2>&1 \
+        | grep -a "AR step\|verification\|fused pass\|preview (coreset off)" ;;
+  *) echo "call 1-6, 9-13" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -310,7 +311,7 @@ def engine_passes(eng, args, rng, adj, mask: int, chunk: int) -> dict:
         if eng.n_past > p0:
             eng.rollback(p0)
 
-    def verification(key: str, causal: int, preview, what: str) -> None:
+    def verification(key: str, causal: int, preview: Callable[[], list[int]], what: str) -> None:
         rows = RowAdjustments.constant(adj, causal)
         st = timed(
             lambda: eng.verify_and_draft(toks(causal), rows, preview(), routing=no_coreset),

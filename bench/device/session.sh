@@ -56,6 +56,10 @@
 #                                    # the 1-row step: 8 layers, CUPTI traces of both (profile.py --pass verify-2-2 / raw-ar),
 #                                    # then timing.py's passes on the 8-layer file (verify_2_2_ms beside the AR step and
 #                                    # the fused pass); about 200 s started, 300 cold
+#   bash bench/device/session.sh 14  # patches 0128-0130 (CONCAT of short rows, MMVF for thin F32 matrices, the block softmax
+#                                    # of a short block): CONCAT, MUL_MAT of F32 at 1-9 columns and BLOCK_SOFTMAX_HISTORY against
+#                                    # the CPU (EVAL14: the cases' filter), `clover verify` on the GPU (tiny preset, F32 and
+#                                    # Q4_K_M), then call 13; about 450 s cold
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -97,7 +101,7 @@
 # weights' pipeline; its eval, then its perf stage in a call of its own) and call 3 twice (TRACE_PASSES="preview
 # commit", once with GGML_CUDA_MMQ_NARROW_DENSE_PIPE=0), as commit 5e58a79 has them; 0125 was dropped.
 set -u
-call=${1:?which call: 1-6, 9-13}
+call=${1:?which call: 1-6, 9-14}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -167,7 +171,7 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
       sed -n '/^== ops/,$p' "$OUT/ops/run.log"
       gpu_verify 85 f32,q4_k_m ;;
   13) W=${WORK:-/tmp/clover-dev}
-      LAYERS=8 STAGES=build,gen,convert BUDGET_S=200 bash bench/device/run.sh > /dev/null 2>&1
+      LAYERS=8 STAGES=build,gen,convert BUDGET_S=${BUDGET_S:-330} bash bench/device/run.sh > /dev/null 2>&1
       for k in verify-2-2 raw-ar; do
         PYTHONPATH="$W/site:$W/pure:$W/pylink:$PWD" timeout 90 python3 bench/device/profile.py "$W/clover-8-q4_k_m.gguf" \
           --pass $k --trace 3 > "$OUT/trace-$k.json" 2>> "$OUT/trace.stderr" || tail -3 "$OUT/trace.stderr"
@@ -175,7 +179,13 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
       PYTHONPATH="$W/site:$W/pure:$W/pylink:$PWD" timeout 120 python3 bench/device/timing.py "$W/clover-8-q4_k_m.gguf" \
         --pp "" --reps 20 --warmup 3 --no-sim --coreset-sizes 8 --moe-chunks 0 --out "$OUT/result.json" 2>&1 \
         | grep -a "AR step\|verification\|fused pass\|preview (coreset off)" ;;
-  *) echo "call 1-6, 9-13" >&2; exit 2 ;;
+  14) ( OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval EVAL_WIDE=0 EVAL_MODES=default EVAL_OPS=CONCAT,MUL_MAT,BLOCK_SOFTMAX_HISTORY \
+          EVAL_FILTER="${EVAL14:-^type=|type_a=f32,type_b=f32,.*n=[1-9],|d_k=}" BUDGET_S=200 \
+          bash bench/device/run.sh > /dev/null 2>&1 )
+      grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
+      gpu_verify 85 f32,q4_k_m
+      bash "$0" 13 ;;
+  *) echo "call 1-6, 9-14" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -28,7 +28,8 @@ int main() {
     int          failed = 0, n_cases = 0;
     for (const bs_case & c : std::vector<bs_case>{ { 128, 128, 32, 16, 32, true }, { 128, 128, 32, 16, 32, false },
                                                    { 128, 128, 1, 16, 32, true }, { 64, 32, 17, 2, 4, true },
-                                                   { 128, 64, 32, 4, 12, false }, { 16, 16, 32, 2, 4, true } }) {
+                                                   { 128, 64, 32, 4, 12, false }, { 16, 16, 32, 2, 4, true },
+                                                   { 128, 128, 2, 16, 32, false }, { 128, 128, 5, 16, 32, true } }) {
         n_cases++;
         ggml_init_params           params = { 256 * 1024 * 1024, nullptr, false };
         ggml_context *             ctx    = ggml_init(params);

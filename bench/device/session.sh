@@ -57,9 +57,9 @@
 #                                    # then timing.py's passes on the 8-layer file (verify_2_2_ms beside the AR step and
 #                                    # the fused pass); about 200 s started, 300 cold
 #   bash bench/device/session.sh 14  # patches 0128-0130 (CONCAT of short rows, MMVF for thin F32 matrices, the block softmax
-#                                    # of a short block): CONCAT, MUL_MAT of F32 at 1-9 columns and BLOCK_SOFTMAX_HISTORY against
-#                                    # the CPU (EVAL14: the cases' filter), `clover verify` on the GPU (tiny preset, F32 and
-#                                    # Q4_K_M), then call 13; about 450 s cold
+#                                    # of a short block): `clover verify` on the GPU (tiny preset, F32 and Q4_K_M), call 13 (in
+#                                    # $OUT/c13), then CONCAT, MUL_MAT of F32 at 1-9 columns and BLOCK_SOFTMAX_HISTORY against the
+#                                    # CPU (EVAL14: the cases' filter); about 450 s cold
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -179,12 +179,12 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
       PYTHONPATH="$W/site:$W/pure:$W/pylink:$PWD" timeout 120 python3 bench/device/timing.py "$W/clover-8-q4_k_m.gguf" \
         --pp "" --reps 20 --warmup 3 --no-sim --coreset-sizes 8 --moe-chunks 0 --out "$OUT/result.json" 2>&1 \
         | grep -a "AR step\|verification\|fused pass\|preview (coreset off)" ;;
-  14) ( OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval EVAL_WIDE=0 EVAL_MODES=default EVAL_OPS=CONCAT,MUL_MAT,BLOCK_SOFTMAX_HISTORY \
+  14) gpu_verify 85 f32,q4_k_m
+      OUT=$OUT/c13 bash "$0" 13
+      ( OUT=$OUT/ops STAGES=build,ops OPS_STAGES=eval EVAL_WIDE=0 EVAL_MODES=default EVAL_OPS=CONCAT,MUL_MAT,BLOCK_SOFTMAX_HISTORY \
           EVAL_FILTER="${EVAL14:-^type=|type_a=f32,type_b=f32,.*n=[1-9],|d_k=}" BUDGET_S=200 \
           bash bench/device/run.sh > /dev/null 2>&1 )
-      grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
-      gpu_verify 85 f32,q4_k_m
-      bash "$0" 13 ;;
+      grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log ;;
   *) echo "call 1-6, 9-14" >&2; exit 2 ;;
 esac
 rc=$?

@@ -38,7 +38,7 @@ from clover_local.llama.engine import LlamaEngine  # noqa: E402
 from clover_local.policy import DecodingSettings  # noqa: E402
 
 KS = (2, 4, 8)
-ACCEPTS = (0, 1, 2, 8)
+ACCEPTS = (0, 1, 2, 4, 8)
 
 
 class ShapeTimer:

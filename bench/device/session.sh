@@ -60,6 +60,12 @@
 #                                    # of a short block): `clover verify` on the GPU (tiny preset, F32 and Q4_K_M), call 13 (in
 #                                    # $OUT/c13), then CONCAT, MUL_MAT of F32 at 1-9 columns and BLOCK_SOFTMAX_HISTORY against the
 #                                    # CPU (EVAL14: the cases' filter); about 450 s cold
+#   bash bench/device/session.sh 15  # patch 0401's graph slots at 40 layers: graph_slots.py's labelled simulations on two speculative
+#                                    # engines side by side (SLOTS15, default 4 and 8 slots), each pass shape's calls and time
+#                                    # (where graph rebuilds go in the speculative loop); about 500 s cold
+#   bash bench/device/session.sh 16  # experiment 0131's carry: MMVQ's MoE kernel at 1-8 tokens against the CPU (EVAL16, modes
+#                                    # default, r1, r4: rows per block), then the experts' gate/up (with its GLU) and down at 2-8
+#                                    # tokens per op in MODES16 (r4s: 4 rows a block for K <= 1024 only; r1l: 1 for K > 1024 only)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -101,7 +107,7 @@
 # weights' pipeline; its eval, then its perf stage in a call of its own) and call 3 twice (TRACE_PASSES="preview
 # commit", once with GGML_CUDA_MMQ_NARROW_DENSE_PIPE=0), as commit 5e58a79 has them; 0125 was dropped.
 set -u
-call=${1:?which call: 1-6, 9-14}
+call=${1:?which call: 1-6, 9-16}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -185,7 +191,17 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
           EVAL_FILTER="${EVAL14:-^type=|type_a=f32,type_b=f32,.*n=[1-9],|d_k=}" BUDGET_S=200 \
           bash bench/device/run.sh > /dev/null 2>&1 )
       grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log ;;
-  *) echo "call 1-6, 9-14" >&2; exit 2 ;;
+  15) LAYERS=40 STAGES=build,gen,convert,slots SLOTS_LAYERS=40 SLOTS_GRAPHS=on SLOTS_SETTINGS="${SLOTS15:-slots4:4 slots8:8}" \
+        SLOTS_REPS=${SLOTS_REPS:-3} BUDGET_S=${BUDGET_S:-540} bash bench/device/run.sh ;;
+  16) export MODE_r1=GGML_CUDA_MMVQ_MOE_RPB=1 MODE_r4=GGML_CUDA_MMVQ_MOE_RPB=4 MODE_r4s=GGML_CUDA_MMVQ_MOE_RPB_SMALL_K=4 \
+        MODE_r1l="GGML_CUDA_MMVQ_MOE_RPB=1 GGML_CUDA_MMVQ_MOE_RPB_SMALL_K=2"
+      ( OUT=$OUT/ops STAGES=build,ops EVAL_WIDE=0 EVAL_MODES="${EVAL16:-default r1 r4}" EVAL_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU \
+          EVAL_FILTER="(type_a=$K4|type=$K4).*,n=[1-8]," PERF_OPS=MUL_MAT_ID_SMALL,MUL_MAT_ID_SMALL_GLU \
+          PERF_FILTER='(m=512,n=[2-8],k=2048|m=2048,n=[2-8],k=512),' MODES="${MODES16:-default r1 r4 r4s r1l default}" PERF_S=20 \
+          BUDGET_S=${BUDGET_S:-420} bash bench/device/run.sh > /dev/null 2>&1 )
+      grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
+      sed -n '/^== ops/,$p' "$OUT/ops/run.log" ;;
+  *) echo "call 1-6, 9-16" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

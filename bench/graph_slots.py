@@ -35,6 +35,7 @@ import llama_cpp as ll  # noqa: E402
 
 from clover_local import loops, simulation  # noqa: E402
 from clover_local.llama.engine import LlamaEngine  # noqa: E402
+from clover_local.llama.placement import devices  # noqa: E402
 from clover_local.policy import DecodingSettings  # noqa: E402
 
 KS = (2, 4, 8)
@@ -78,6 +79,11 @@ class ShapeTimer:
         return self._timed(("rollback", 0), self.eng.rollback, n_keep)
 
 
+def gpu_free() -> int:
+    """Free bytes on the offload devices, as ggml reports them."""
+    return sum(d.free or 0 for d in devices() if d.offload)
+
+
 def reused(eng: LlamaEngine) -> int:
     return int(ll.llama_perf_context(eng.ctx).n_reused)
 
@@ -114,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             speculative=True,
             log=True,
         )
+    loaded = gpu_free()
     first = next(iter(engines.values()))
     rng = np.random.default_rng(0)
     prompt = [int(t) for t in rng.integers(0, min(first.vocab_size, 248000), size=args.prefix)]
@@ -170,10 +177,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{k}: {v['calls']}x {v['median_ms']:.2f} ms" for k, v in list(d["by_shape"].items())[:6]
             )
             print(f"  {tag} {name}: {d['calls']} calls, {d['reused']} graph reuses; {top}")
+    grown = loaded - gpu_free()
+    print(f"GPU memory the runs took (graph slots, allocated on first use): {grown / 2**20:.0f} MiB")
     for eng in engines.values():
         eng.close()
     if args.out:
-        args.out.write_text(json.dumps({"tok_s": tok_s, "median": med, "shapes": shapes}, indent=1) + "\n")
+        out = {"tok_s": tok_s, "median": med, "shapes": shapes, "gpu_bytes_taken_by_runs": grown}
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
     return 0
 
 

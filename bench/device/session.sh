@@ -66,6 +66,8 @@
 #   bash bench/device/session.sh 16  # experiment 0131's carry: MMVQ's MoE kernel at 1-8 tokens against the CPU (EVAL16, modes
 #                                    # default, r1, r4: rows per block), then the experts' gate/up (with its GLU) and down at 2-8
 #                                    # tokens per op in MODES16 (r4s: 4 rows a block for K <= 1024 only; r1l: 1 for K > 1024 only)
+#   bash bench/device/session.sh 17  # 40 layers: pass_in_loop.py (the 2 + 2 verification alone, advancing, inside the a = 1 loop,
+#                                    # with ggml-cuda's CUDA graph events), then graph_slots.py with 4 and 24 slots (SLOTS17)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -107,7 +109,7 @@
 # weights' pipeline; its eval, then its perf stage in a call of its own) and call 3 twice (TRACE_PASSES="preview
 # commit", once with GGML_CUDA_MMQ_NARROW_DENSE_PIPE=0), as commit 5e58a79 has them; 0125 was dropped.
 set -u
-call=${1:?which call: 1-6, 9-16}
+call=${1:?which call: 1-6, 9-17}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -201,7 +203,13 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
           BUDGET_S=${BUDGET_S:-420} bash bench/device/run.sh > /dev/null 2>&1 )
       grep -ah "FAIL\|passed" "$OUT"/ops/ops/tbo-eval-*.log
       sed -n '/^== ops/,$p' "$OUT/ops/run.log" ;;
-  *) echo "call 1-6, 9-16" >&2; exit 2 ;;
+  17) W=${WORK:-/tmp/clover-dev}
+      LAYERS=40 STAGES=build,gen,convert BUDGET_S=330 bash bench/device/run.sh > /dev/null 2>&1
+      PYTHONPATH="$W/site:$W/pure:$W/pylink:$PWD" timeout 150 python3 bench/pass_in_loop.py "$W/clover-40-q4_k_m.gguf" \
+        --json "$OUT/pass_in_loop.json" 2> "$OUT/pass_in_loop.stderr" | tail -5
+      OUT=$OUT/slots LAYERS=40 STAGES=build,slots SLOTS_LAYERS=40 SLOTS_GRAPHS=on SLOTS_SETTINGS="${SLOTS17:-slots4:4 slots24:24}" \
+        SLOTS_REPS=2 BUDGET_S=${BUDGET_S:-250} bash bench/device/run.sh 2>&1 | sed -n '/median tok/,/GPU memory/p' ;;
+  *) echo "call 1-6, 9-17" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

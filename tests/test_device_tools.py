@@ -1,8 +1,10 @@
-"""bench/device's stalls_table.py and same_logits.py: Nsight Compute CSVs read back, logits compared."""
+"""bench/device's stalls_table.py and same_logits.py (Nsight Compute CSVs read back, logits compared) and
+bench/pass_in_loop.py, run."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -242,3 +244,19 @@ def test_run_sh_keeps_an_earlier_calls_timings_only_for_the_same_source(tmp_path
     assert "set aside" in log
     assert not timing.exists()
     assert len(list((tmp_path / "work").glob("results-*/timing-clover-40-q4_k_m.json"))) == 1
+
+
+@pytest.mark.llama
+def test_pass_in_loop_times_the_verification_three_ways(llama_gguf: Path, tmp_path: Path) -> None:
+    # a real process on the CPU: each way times its 2 + 2 calls (the loop's too: a = 1 keeps every
+    # one-token draft), and the CPU backend logs no CUDA graph events
+    out = tmp_path / "p.json"
+    cmd = [sys.executable, str(ROOT / "bench/pass_in_loop.py"), str(llama_gguf), "--gpu-layers", "0"]
+    cmd += ["--reps", "1", "--calls", "4", "--json", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(out.read_text())
+    assert list(got) == ["alone", "advancing", "loop"]
+    assert [got[w]["calls"] for w in ("alone", "advancing")] == [4, 4]
+    assert got["loop"]["calls"] >= 4
+    assert all(r["median_ms"] > 0 and r["events"] == {} for r in got.values())

@@ -68,6 +68,7 @@
 #                                    # tokens per op in MODES16 (r4s: 4 rows a block for K <= 1024 only; r1l: 1 for K > 1024 only)
 #   bash bench/device/session.sh 17  # 40 layers: pass_in_loop.py (the 2 + 2 verification alone, advancing, inside the a = 1 loop,
 #                                    # with ggml-cuda's CUDA graph events), then graph_slots.py with 4 and 24 slots (SLOTS17)
+#   bash bench/device/session.sh 18  # call 17, then call 16 in the time left of 560 s (in $OUT/c17 and $OUT/c16)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -109,7 +110,7 @@
 # weights' pipeline; its eval, then its perf stage in a call of its own) and call 3 twice (TRACE_PASSES="preview
 # commit", once with GGML_CUDA_MMQ_NARROW_DENSE_PIPE=0), as commit 5e58a79 has them; 0125 was dropped.
 set -u
-call=${1:?which call: 1-6, 9-17}
+call=${1:?which call: 1-6, 9-18}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -209,7 +210,10 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
         --json "$OUT/pass_in_loop.json" 2> "$OUT/pass_in_loop.stderr" | tail -5
       OUT=$OUT/slots LAYERS=40 STAGES=build,slots SLOTS_LAYERS=40 SLOTS_GRAPHS=on SLOTS_SETTINGS="${SLOTS17:-slots4:4 slots24:24}" \
         SLOTS_REPS=2 BUDGET_S=${BUDGET_S:-250} bash bench/device/run.sh 2>&1 | sed -n '/median tok/,/GPU memory/p' ;;
-  *) echo "call 1-6, 9-17" >&2; exit 2 ;;
+  18) t0=$SECONDS
+      OUT=$OUT/c17 bash "$0" 17
+      OUT=$OUT/c16 BUDGET_S=$((560 - (SECONDS - t0))) bash "$0" 16 ;;
+  *) echo "call 1-6, 9-18" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

@@ -67,7 +67,8 @@
 #                                    # default, r1, r4: rows per block), then the experts' gate/up (with its GLU) and down at 2-8
 #                                    # tokens per op in MODES16 (r4s: 4 rows a block for K <= 1024 only; r1l: 1 for K > 1024 only)
 #   bash bench/device/session.sh 17  # 40 layers: pass_in_loop.py (the 2 + 2 verification alone, advancing, inside the a = 1 loop,
-#                                    # with ggml-cuda's CUDA graph events), then graph_slots.py with 4 and 24 slots (SLOTS17)
+#                                    # with ggml-cuda's CUDA graph events), then graph_slots.py with 4 and 24 slots (SLOTS17; none:
+#                                    # skipped); about 330 s cold, 200 without graph_slots.py
 #   bash bench/device/session.sh 18  # call 17, then call 16 in the time left of 560 s (in $OUT/c17 and $OUT/c16)
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,
@@ -208,7 +209,7 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
       LAYERS=40 STAGES=build,gen,convert BUDGET_S=330 bash bench/device/run.sh > /dev/null 2>&1
       PYTHONPATH="$W/site:$W/pure:$W/pylink:$PWD" timeout 150 python3 bench/pass_in_loop.py "$W/clover-40-q4_k_m.gguf" \
         --json "$OUT/pass_in_loop.json" 2> "$OUT/pass_in_loop.stderr" | tail -5
-      OUT=$OUT/slots LAYERS=40 STAGES=build,slots SLOTS_LAYERS=40 SLOTS_GRAPHS=on SLOTS_SETTINGS="${SLOTS17:-slots4:4 slots24:24}" \
+      [ "${SLOTS17:-}" = none ] || OUT=$OUT/slots LAYERS=40 STAGES=build,slots SLOTS_LAYERS=40 SLOTS_GRAPHS=on SLOTS_SETTINGS="${SLOTS17:-slots4:4 slots24:24}" \
         SLOTS_REPS=2 BUDGET_S=${BUDGET_S:-250} bash bench/device/run.sh 2>&1 | sed -n '/median tok/,/GPU memory/p' ;;
   18) t0=$SECONDS
       OUT=$OUT/c17 bash "$0" 17

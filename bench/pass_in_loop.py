@@ -8,9 +8,10 @@ the same 2 + 2 verification (2 causal rows + a 2-row preview) timed three ways, 
 - `advancing`: the rows kept, call after call (the loop's steady state when every draft is kept);
 - `loop`: inside the speculative loop at a = 1 (`simulation.FixedAccept`), its 2 + 2 calls only.
 
-Each call is timed around `verify_and_draft`. ggml-cuda's debug log is counted per way: CUDA graphs
-replayed ("reused"), captured ("warmup complete") and dropped for changed nodes ("warmup reset"),
-so a way that runs eagerly shows. Prints the median ms per way and the counts.
+Each call is timed around `verify_and_draft` (the loop's by `graph_slots.ShapeTimer`). ggml-cuda's
+debug log is counted per way: CUDA graphs replayed ("reused"), captured ("warmup complete") and
+dropped for changed nodes ("warmup reset"), so a way that runs eagerly shows. Prints the median ms
+per way and the counts.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ if str(ROOT) not in sys.path:
 
 import llama_cpp as ll  # noqa: E402
 
+from bench.graph_slots import ShapeTimer  # noqa: E402
 from clover_local import simulation  # noqa: E402
 from clover_local.backend import LogitAdjustment, RowAdjustments  # noqa: E402
 from clover_local.llama.engine import LlamaEngine  # noqa: E402
@@ -47,23 +49,6 @@ def _count(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     for name, marker in EVENTS.items():
         if marker in line:
             counts[name] += 1
-
-
-class Timed:
-    """The engine with its 2 + 2 verifications timed (the loop's other calls pass through)."""
-
-    def __init__(self, eng: LlamaEngine):
-        self.eng, self.ms = eng, []
-
-    def __getattr__(self, name: str):  # noqa: ANN204
-        return getattr(self.eng, name)
-
-    def verify_and_draft(self, tokens, adjs, preview, *a, **kw):  # noqa: ANN001, ANN201
-        t = time.perf_counter()
-        out = self.eng.verify_and_draft(tokens, adjs, preview, *a, **kw)
-        if (len(tokens), len(preview)) == (2, 2):
-            self.ms.append(1e3 * (time.perf_counter() - t))
-        return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         return out[3:]
 
     def loop() -> list[float]:
-        timer = Timed(eng)
+        timer = ShapeTimer(eng)
         simulation.self_speculative(timer, prompt, s, 1)
-        return timer.ms[3:]
+        return timer.ms[(2, 2)][3:]
 
     ways = {"alone": lambda: calls(True), "advancing": lambda: calls(False), "loop": loop}
     ms: dict[str, list[float]] = {w: [] for w in ways}

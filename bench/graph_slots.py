@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = dict(s.split(":", 1) for s in args.settings.split())
     engines: dict[str, LlamaEngine] = {}
     for tag, value in settings.items():
-        for var in ("LLAMA_GRAPH_CACHE", "LLAMA_GRAPH_CACHE_TOKENS"):
+        for var in ("LLAMA_GRAPH_CACHE", "LLAMA_GRAPH_CACHE_TOKENS", "LLAMA_GRAPH_CACHE_MIB"):
             os.environ.pop(var, None)
         pairs = (
             [kv.split("=", 1) for kv in value.split(",")] if "=" in value else [["LLAMA_GRAPH_CACHE", value]]
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             speculative=True,
             log=True,
         )
-    loaded = gpu_free()
+    taken = dict.fromkeys(engines, 0)  # GPU bytes each engine's runs took (its slots grow as it runs)
     first = next(iter(engines.values()))
     rng = np.random.default_rng(0)
     prompt = [int(t) for t in rng.integers(0, min(first.vocab_size, 248000), size=args.prefix)]
@@ -142,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, run in runs.items():
             for tag, eng in engines.items():
                 timer = ShapeTimer(eng)
-                n0 = reused(eng)
+                n0, free0 = reused(eng), gpu_free()
                 out = run(timer)
+                taken[tag] += free0 - gpu_free()
                 if rep == 0:
                     continue
                 if isinstance(out, dict):
@@ -177,12 +178,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"{k}: {v['calls']}x {v['median_ms']:.2f} ms" for k, v in list(d["by_shape"].items())[:6]
             )
             print(f"  {tag} {name}: {d['calls']} calls, {d['reused']} graph reuses; {top}")
-    grown = loaded - gpu_free()
-    print(f"GPU memory the runs took (graph slots, allocated on first use): {grown / 2**20:.0f} MiB")
+    mib = ", ".join(f"{tag} {v / 2**20:.0f}" for tag, v in taken.items())
+    print(f"GPU memory the runs took (graph slots, allocated on first use), MiB: {mib}")
     for eng in engines.values():
         eng.close()
     if args.out:
-        out = {"tok_s": tok_s, "median": med, "shapes": shapes, "gpu_bytes_taken_by_runs": grown}
+        out = {
+            "tok_s": tok_s,
+            "median": med,
+            "shapes": shapes,
+            "gpu_bytes_taken_by_runs": sum(taken.values()),
+            "gpu_bytes_taken_by_engine": taken,
+        }
         args.out.write_text(json.dumps(out, indent=1) + "\n")
     return 0
 

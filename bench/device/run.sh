@@ -11,7 +11,8 @@
 #             and upstream's step round-robin in one process) -> result.json's loops_one_process
 #             slots: bench/graph_slots.py (the labelled simulations with patch 0401's slots on and off, in one
 #             process, with each pass shape's time) on the clover files of $SLOTS_LAYERS (default: the
-#             smallest), CUDA graphs on and off ($SLOTS_GRAPHS, default "on off") -> $OUT/slots-*.json; $SLOTS_SETTINGS
+#             smallest), CUDA graphs on and off ($SLOTS_GRAPHS, default "on off"; an entry "tag:VAR=V[,VAR=V...]"
+#             is a process with those variables set, CUDA graphs on) -> $OUT/slots-*.json; $SLOTS_SETTINGS
 #             (graph_slots.py's --settings, e.g. "slots:4 slots8:8") and $SLOTS_REPS replace its defaults
 #             spec: bench/spec_iterations.py on every clover file of the first quant under each of $SPEC's
 #             settings (same form as $SWEEP; default "slots:LLAMA_GRAPH_CACHE=4 one-graph:LLAMA_GRAPH_CACHE=0",
@@ -456,9 +457,12 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
   if want slots && [ "$PATCHED" = 1 ]; then
     for f in $(variants "$FIRSTQ" ""); do
       [[ " ${SLOTS_LAYERS:-$LMIN} " == *" $(basename "$f" .gguf | cut -d- -f2) "* ]] || continue
-      for g in ${SLOTS_GRAPHS:-on off}; do
-        log "slots: bench/graph_slots.py on $(basename "$f"), CUDA graphs $g"
+      for proc in ${SLOTS_GRAPHS:-on off}; do
+        g=${proc%%:*}; IFS=, read -ra pvars <<< "$([ "$g" = "$proc" ] || echo "${proc#*:}")"
+        (( $(left) > 100 )) || { note "slots-$g" "too little time left"; continue; }
+        log "slots: bench/graph_slots.py on $(basename "$f"), CUDA graphs $g${pvars[*]:+ (${pvars[*]})}"
         ( [ $g = off ] && export GGML_CUDA_DISABLE_GRAPHS=1
+          [ ${#pvars[@]} -eq 0 ] || export "${pvars[@]}"
           $PY bench/graph_slots.py "$f" --out "$OUT/slots-$(basename "$f" .gguf)-graphs-$g.json" \
             ${SLOTS_SETTINGS:+--settings "$SLOTS_SETTINGS"} ${SLOTS_REPS:+--reps "$SLOTS_REPS"} \
             2> "$WORK/slots-$(basename "$f" .gguf)-$g.stderr" ) | tee -a "$OUT/run.log" \

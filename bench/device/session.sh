@@ -70,6 +70,11 @@
 #                                    # with ggml-cuda's CUDA graph events), then graph_slots.py with 4 and 24 slots (SLOTS17; none:
 #                                    # skipped); about 330 s cold, 200 without graph_slots.py
 #   bash bench/device/session.sh 18  # call 17, then call 16 in the time left of 560 s (in $OUT/c17 and $OUT/c16)
+#   bash bench/device/session.sh 19  # experiment 0132's carry, 40 layers: graph_slots.py with patch 0401's four slots against
+#                                    # 0402's pool (SLOTS19), in three processes (PROCS19): as built; CUDA graphs never
+#                                    # evicted (GGML_CUDA_GRAPH_EVICT_S=0); and a shape's first call captured
+#                                    # (GGML_CUDA_GRAPH_CAPTURE_FIRST=1); what the first calls of a shape cost a run
+#   bash bench/device/session.sh 20  # call 17 without its slots part (pass_in_loop.py), then call 16
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,
 #                                    # default 400; STAGES6 replaces its stages), then same_logits.py on the 8-layer file for SAME ("VAR=V": the
@@ -111,7 +116,7 @@
 # weights' pipeline; its eval, then its perf stage in a call of its own) and call 3 twice (TRACE_PASSES="preview
 # commit", once with GGML_CUDA_MMQ_NARROW_DENSE_PIPE=0), as commit 5e58a79 has them; 0125 was dropped.
 set -u
-call=${1:?which call: 1-6, 9-18}
+call=${1:?which call: 1-6, 9-20}
 export QUANTS=q4_k_m GEN_LAYERS=8
 OUT=${OUT:-/tmp/clover-out}
 K4="(q4_K|q5_K|q6_K|q8_0)"
@@ -214,7 +219,14 @@ head-248320-n32|-|CLOVER_HEAD|n_vocab=248320,n_rows=32,
   18) t0=$SECONDS
       OUT=$OUT/c17 bash "$0" 17
       OUT=$OUT/c16 BUDGET_S=$((560 - (SECONDS - t0))) bash "$0" 16 ;;
-  *) echo "call 1-6, 9-18" >&2; exit 2 ;;
+  19) LAYERS=40 STAGES=build,gen,convert,slots SLOTS_LAYERS=40 SLOTS_REPS=${SLOTS_REPS:-2} BUDGET_S=${BUDGET_S:-565} \
+        SLOTS_SETTINGS="${SLOTS19:-slots4:LLAMA_GRAPH_CACHE=4,LLAMA_GRAPH_CACHE_MIB=0 pool:LLAMA_GRAPH_CACHE=32}" \
+        SLOTS_GRAPHS="${PROCS19:-on keep:GGML_CUDA_GRAPH_EVICT_S=0 first:GGML_CUDA_GRAPH_EVICT_S=0,GGML_CUDA_GRAPH_CAPTURE_FIRST=1}" \
+        bash bench/device/run.sh 2>&1 | sed -n '/median tok/,/GPU memory/p' ;;
+  20) t0=$SECONDS
+      OUT=$OUT/c17 SLOTS17=none bash "$0" 17
+      OUT=$OUT/c16 BUDGET_S=$((560 - (SECONDS - t0))) bash "$0" 16 ;;
+  *) echo "call 1-6, 9-20" >&2; exit 2 ;;
 esac
 rc=$?
 cp "$OUT/ops/kernels.json" "$OUT/" 2>/dev/null

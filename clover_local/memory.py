@@ -45,7 +45,7 @@ class DeviceMemory:
     compute: int | None = None
     free: int | None = None
     mapped: int = 0
-    graphs: int = 0  # the graph slots' compute buffers (patches 0401-0402), allocated by small passes
+    graphs: int = 0  # the graph slots' compute buffers (patch 0401), allocated by the first small passes
 
     @property
     def total(self) -> int:
@@ -320,13 +320,13 @@ def plan(
     gpus: list[tuple[str, int | None]] = []
     compute = graphs = None
     if unavailable() is None:
-        from .llama.placement import GraphSlots, Params, compute_buffers, devices
+        from .llama.placement import Params, compute_buffers, devices, graph_slots
 
         gpus = [(d.name, d.free) for d in devices(placement.rpc_servers) if d.offload]
         params = Params(placement, n_gpu_layers, n_ctx, n_ubatch, n_rs_seq=snapshots)
-        slots = GraphSlots.from_env()
-        reserved, slot = compute_buffers(path, params, slot_rows=slots.rows if slots.count else 0)
+        slots, rows = graph_slots()
+        reserved, slot = compute_buffers(path, params, slot_rows=rows if slots else 0)
         compute = reserved or None
         if compute is not None and slot:
-            graphs = slots.bound(slot)
+            graphs = {k: slots * v for k, v in slot.items()}  # each slot holds at most a `rows` reservation
     return estimate(shape, placement, n_gpu_layers, n_ctx, snapshots, gpus, ram_available(), compute, graphs)

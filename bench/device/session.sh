@@ -70,10 +70,14 @@
 #                                    # with ggml-cuda's CUDA graph events), then graph_slots.py with 4 and 24 slots (SLOTS17; none:
 #                                    # skipped); about 330 s cold, 200 without graph_slots.py
 #   bash bench/device/session.sh 18  # call 17, then call 16 in the time left of 560 s (in $OUT/c17 and $OUT/c16)
-#   bash bench/device/session.sh 19  # experiment 0132's carry, 40 layers: graph_slots.py with patch 0401's four slots against
-#                                    # 0402's pool (SLOTS19), in three processes (PROCS19): as built; CUDA graphs never
-#                                    # evicted (GGML_CUDA_GRAPH_EVICT_S=0); and a shape's first call captured
-#                                    # (GGML_CUDA_GRAPH_CAPTURE_FIRST=1); what the first calls of a shape cost a run
+#   bash bench/device/session.sh 19  # the carry of experiments 0131-0134, 40 layers: graph_slots.py with patch 0401's four
+#                                    # slots against 0134's pool bounded in memory (SLOTS19), in three processes
+#                                    # (PROCS19): as built; CUDA graphs never evicted (0132's GGML_CUDA_GRAPH_EVICT_S=0);
+#                                    # and a shape's first call captured (GGML_CUDA_GRAPH_CAPTURE_FIRST=1); what the
+#                                    # first calls of a shape cost a run. 2026-12-07 23:03 UTC ran it as it is; the next
+#                                    # form: PROCS19="pad256:LLAMA_KV_PAD=256 pad1024:LLAMA_KV_PAD=1024" (0133) with
+#                                    # SLOTS19="slots4:LLAMA_GRAPH_CACHE=4,LLAMA_GRAPH_CACHE_MIB=0
+#                                    # slots16:LLAMA_GRAPH_CACHE=16,LLAMA_GRAPH_CACHE_MIB=0" BUDGET_S=500
 #   bash bench/device/session.sh 20  # call 17 without its slots part (pass_in_loop.py), then call 16
 #   bash bench/device/session.sh 6   # an experiment's carry, checked before it is timed: `clover verify` on the GPU
 #                                    # (tiny preset, F32 and Q4_K_M; VERIFY6=0 skips it), then call 5's 40-layer series and SWEEP (BUDGET_S,

@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from llama_cpp import llama_cpp as ll
 
@@ -213,38 +213,17 @@ class Params:
 
 
 # llama.cpp's own report of what it reserves (llama-context.cpp `sched_reserve`, `llama_context`)
-# patches 0401-0402's defaults: the most slots, the most rows a slot's ubatch has, the most MiB
-# the slots' compute buffers take together
-GRAPH_SLOTS, GRAPH_SLOT_ROWS, GRAPH_SLOTS_MIB = 32, 64, 320
+GRAPH_SLOTS, GRAPH_SLOT_ROWS = 4, 64  # patch 0401's defaults
 _BUFFER_LINE = re.compile(r"(\S+)\s+(compute|output) buffer size =\s+([\d.]+) MiB")
 
 
-class GraphSlots(NamedTuple):
-    """Patches 0401-0402's graph slots as llama.cpp reads them when a context is created
-    (LLAMA_GRAPH_CACHE, LLAMA_GRAPH_CACHE_TOKENS, LLAMA_GRAPH_CACHE_MIB)."""
-
-    count: int  # the most slots; 0: off
-    rows: int  # the most rows a slot's ubatch has
-    budget: int  # the most bytes the slots' compute buffers take together; 0: no bound
-
-    @classmethod
-    def from_env(cls) -> GraphSlots:
-        env = os.environ
-        return cls(
-            int(env.get("LLAMA_GRAPH_CACHE", GRAPH_SLOTS)),
-            int(env.get("LLAMA_GRAPH_CACHE_TOKENS", GRAPH_SLOT_ROWS)),
-            int(float(env.get("LLAMA_GRAPH_CACHE_MIB", GRAPH_SLOTS_MIB)) * 2**20),
-        )
-
-    def bound(self, slot: dict[str, int]) -> dict[str, int]:
-        """The most the slots take by buffer type, from one slot's `rows` reservation (a slot's
-        buffers grow to the largest graph it held): `count` of them, cut down proportionally to the
-        budget."""
-        whole = {k: self.count * v for k, v in slot.items()}
-        total = sum(whole.values())
-        if self.budget and total > self.budget:
-            return {k: v * self.budget // total for k, v in whole.items()}
-        return whole
+def graph_slots() -> tuple[int, int]:
+    """Patch 0401's graph slots: how many a context keeps and the most rows a slot's ubatch has
+    (llama.cpp reads LLAMA_GRAPH_CACHE and LLAMA_GRAPH_CACHE_TOKENS when a context is created)."""
+    env = os.environ
+    return int(env.get("LLAMA_GRAPH_CACHE", GRAPH_SLOTS)), int(
+        env.get("LLAMA_GRAPH_CACHE_TOKENS", GRAPH_SLOT_ROWS)
+    )
 
 
 def compute_buffers(

@@ -84,6 +84,17 @@ def gpu_free() -> int:
     return sum(d.free or 0 for d in devices() if d.offload)
 
 
+def simulation_settings(eng: LlamaEngine, tokens: int) -> DecodingSettings:
+    """The labelled simulations' settings: `tokens` new tokens, the coreset off, a 4096-token context."""
+    return DecodingSettings(
+        mask_token_id=eng.mask_token_id,
+        max_new_tokens=tokens,
+        context_limit=4096,
+        coreset_enabled=False,
+        coreset_top_p=eng.default_routing.top_p,
+    )
+
+
 def reused(eng: LlamaEngine) -> int:
     return int(ll.llama_perf_context(eng.ctx).n_reused)
 
@@ -124,13 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     first = next(iter(engines.values()))
     rng = np.random.default_rng(0)
     prompt = [int(t) for t in rng.integers(0, min(first.vocab_size, 248000), size=args.prefix)]
-    s = DecodingSettings(
-        mask_token_id=first.mask_token_id,
-        max_new_tokens=args.tokens,
-        context_limit=4096,
-        coreset_enabled=False,
-        coreset_top_p=first.default_routing.top_p,
-    )
+    s = simulation_settings(first, args.tokens)
     runs = {
         **{f"k={k}": (lambda b, k=k: simulation.diffusion(b, prompt, s, k)) for k in KS},
         **{f"a={a}": (lambda b, a=a: simulation.self_speculative(b, prompt, s, a)) for a in ACCEPTS},

@@ -33,11 +33,10 @@ if str(ROOT) not in sys.path:
 
 import llama_cpp as ll  # noqa: E402
 
-from bench.graph_slots import ShapeTimer  # noqa: E402
+from bench.graph_slots import ShapeTimer, simulation_settings  # noqa: E402
 from clover_local import simulation  # noqa: E402
 from clover_local.backend import LogitAdjustment, RowAdjustments  # noqa: E402
 from clover_local.llama.engine import LlamaEngine  # noqa: E402
-from clover_local.policy import DecodingSettings  # noqa: E402
 
 EVENTS = {"reused": "CUDA Graph id", "captured": "warmup complete", "reset": "warmup reset"}
 counts: Counter = Counter()
@@ -68,13 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     prompt = toks(args.prompt)
     adj = LogitAdjustment.identity(V)
     rows = RowAdjustments.constant(adj, 2)
-    s = DecodingSettings(
-        mask_token_id=mask,
-        max_new_tokens=2 * args.calls + 64,  # the first draft and the doubling attempts, then 2 + 2 calls
-        context_limit=4096,
-        coreset_enabled=False,
-        coreset_top_p=eng.default_routing.top_p,
-    )
+    # the first draft and the doubling attempts, then 2 + 2 calls
+    s = simulation_settings(eng, 2 * args.calls + 64)
 
     def fresh() -> int:
         eng.prefill(prompt, adj)

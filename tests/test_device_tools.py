@@ -260,3 +260,18 @@ def test_pass_in_loop_times_the_verification_three_ways(llama_gguf: Path, tmp_pa
     assert [got[w]["calls"] for w in ("alone", "advancing")] == [4, 4]
     assert got["loop"]["calls"] >= 4
     assert all(r["median_ms"] > 0 and r["events"] == {} for r in got.values())
+
+
+def test_slot_misses_counts_the_passes_a_loop_rebuilds_per_slot_count(
+    llama_gguf: Path, tmp_path: Path
+) -> None:
+    # a real process on the CPU: the speculative loop's ~11 pass shapes cycle through 4 slots, so
+    # every run rebuilds some of them; 12 slots hold them all, so its last run rebuilds none
+    out = tmp_path / "m.json"
+    cmd = [sys.executable, str(ROOT / "bench/slot_misses.py"), str(llama_gguf), "--slots", "4", "12"]
+    cmd += ["--loops", "a1", "--runs", "2", "--json", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(out.read_text())
+    assert got["4"]["a1"]["calls"] == got["12"]["a1"]["calls"] > 100
+    assert got["4"]["a1"]["misses"] > 0 and got["12"]["a1"]["misses"] == 0

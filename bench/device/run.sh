@@ -458,7 +458,7 @@ if [ -f "$SITE/.src-$SRC_SHA" ]; then
     for f in $(variants "$FIRSTQ" ""); do
       [[ " ${SLOTS_LAYERS:-$LMIN} " == *" $(basename "$f" .gguf | cut -d- -f2) "* ]] || continue
       for proc in ${SLOTS_GRAPHS:-on off}; do
-        g=${proc%%:*}; IFS=, read -ra pvars <<< "$([ "$g" = "$proc" ] || echo "${proc#*:}")"
+        g=${proc%%:*}; pvars=(); [ "$g" = "$proc" ] || IFS=, read -ra pvars <<< "${proc#*:}"
         (( $(left) > 100 )) || { note "slots-$g" "too little time left"; continue; }
         log "slots: bench/graph_slots.py on $(basename "$f"), CUDA graphs $g${pvars[*]:+ (${pvars[*]})}"
         ( [ $g = off ] && export GGML_CUDA_DISABLE_GRAPHS=1
